@@ -1,0 +1,1 @@
+"""Benchmarks: ours and the peers side by side, in one process run, interleaved."""

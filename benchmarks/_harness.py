@@ -1,0 +1,160 @@
+"""Shared machinery for the benchmarks: interleaved rounds, medians, ratios, JSON and a table.
+
+Every area script builds a list of `Metric`s, each with one measuring function per contender
+(ours first, then the peers), and calls `run_area`. Contenders are measured round-robin, so noise
+on this shared machine spreads over all of them instead of favouring whoever ran last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+OURS = "executors"
+
+
+@dataclasses.dataclass
+class Metric:
+    """One measured quantity, with a sampling function per contender.
+
+    Each function runs one round and returns one sample (in `unit`). Contenders whose function
+    is None are listed as unavailable (a peer that does not install here, say).
+    """
+
+    name: str
+    unit: str
+    better: str  # "lower" or "higher"
+    contenders: dict[str, Callable[[], float] | None]
+    floor: str | None = None  # a contender that is the physical floor, not a peer
+    note: str = ""
+
+
+def quick_mode(argv: Sequence[str] | None = None) -> bool:
+    return "--quick" in (argv if argv is not None else sys.argv) or bool(
+        os.environ.get("EXECUTORS_BENCH_QUICK")
+    )
+
+
+def parse_args(area: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=f"benchmarks/{area}.py")
+    parser.add_argument("--quick", action="store_true", help="few rounds, to check it works")
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--json", type=Path, default=RESULTS_DIR / f"{area}.json")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+    if os.environ.get("EXECUTORS_BENCH_QUICK"):
+        args.quick = True
+    return args
+
+
+def _summary(metric: Metric, samples: dict[str, list[float]]) -> dict[str, object]:
+    medians = {name: statistics.median(vals) for name, vals in samples.items() if vals}
+    peers = {
+        name: med for name, med in medians.items() if name != OURS and name != metric.floor
+    }
+    best_peer = None
+    ratio = None
+    if peers and OURS in medians:
+        pick = min if metric.better == "lower" else max
+        best_peer = pick(peers, key=lambda n: peers[n])
+        ours, theirs = medians[OURS], peers[best_peer]
+        if metric.better == "lower":
+            ratio = theirs / ours if ours > 0 else float("inf")
+        else:
+            ratio = ours / theirs if theirs > 0 else float("inf")
+    return {
+        "name": metric.name,
+        "unit": metric.unit,
+        "better": metric.better,
+        "note": metric.note,
+        "floor": metric.floor,
+        "medians": medians,
+        "samples": samples,
+        "unavailable": [n for n, fn in metric.contenders.items() if fn is None],
+        "best_peer": best_peer,
+        # > 1 means ours is better than the best peer by that factor, whichever way is better.
+        "advantage_over_best_peer": ratio,
+    }
+
+
+def measure(metric: Metric, rounds: int) -> dict[str, object]:
+    samples: dict[str, list[float]] = {n: [] for n, fn in metric.contenders.items() if fn}
+    for _ in range(rounds):
+        for name, fn in metric.contenders.items():
+            if fn is not None:
+                samples[name].append(float(fn()))
+    return _summary(metric, samples)
+
+
+def fmt(value: float) -> str:
+    if value == 0:
+        return "0"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    if abs(value) >= 0.1:
+        return f"{value:.3f}"
+    return f"{value:.3g}"
+
+
+def markdown_table(results: list[dict[str, object]]) -> str:
+    names: list[str] = []
+    for r in results:
+        for n in r["medians"]:  # type: ignore[attr-defined]
+            if n not in names:
+                names.append(n)
+    if OURS in names:
+        names.remove(OURS)
+        names.insert(0, OURS)
+    head = "| metric | advantage | " + " | ".join(names) + " |"
+    sep = "|---|---|" + "---|" * len(names)
+    lines = [head, sep]
+    for r in results:
+        medians: dict[str, float] = r["medians"]  # type: ignore[assignment]
+        adv = r["advantage_over_best_peer"]
+        adv_s = "n/a" if adv is None else (f"{adv:.1f}x vs {r['best_peer']}")
+        cells = [fmt(medians[n]) if n in medians else "—" for n in names]
+        lines.append(f"| {r['name']} ({r['unit']}, {r['better']} is better) | {adv_s} | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def run_area(area: str, metrics: Callable[[bool], list[Metric]], argv: Sequence[str] | None = None,
+             default_rounds: int = 5, quick_rounds: int = 1) -> list[dict[str, object]]:
+    """Measure every metric (interleaved rounds), print a markdown table, write JSON."""
+    args = parse_args(area, argv)
+    rounds = args.rounds or (quick_rounds if args.quick else default_rounds)
+    started = time.time()
+    results = []
+    for metric in metrics(args.quick):
+        print(f"[{area}] {metric.name} ...", file=sys.stderr, flush=True)
+        results.append(measure(metric, rounds))
+    table = markdown_table(results)
+    print(f"\n## {area} ({'quick' if args.quick else 'full'}, {rounds} rounds, "
+          f"Python {platform.python_version()})\n")
+    print(table)
+    if not args.no_write:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "area": area,
+            "quick": args.quick,
+            "rounds": rounds,
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "started": started,
+            "seconds": time.time() - started,
+            "metrics": results,
+            "table": table,
+        }
+        args.json.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    return results

@@ -1,0 +1,19 @@
+"""executors: background machinery for threaded programs, and a clean way into asyncio."""
+
+from __future__ import annotations
+
+from .errors import ChannelClosed as ChannelClosed
+from .errors import ClosedError as ClosedError
+from .errors import ExecutorsError as ExecutorsError
+from .errors import ShutdownError as ShutdownError
+from .errors import WouldBlock as WouldBlock
+
+__version__ = "0.1.0.dev0"
+
+__all__ = (
+    "ExecutorsError",
+    "WouldBlock",
+    "ClosedError",
+    "ChannelClosed",
+    "ShutdownError",
+)

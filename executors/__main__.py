@@ -1,0 +1,9 @@
+"""``python -m executors`` runs the ``executors`` command."""
+
+from __future__ import annotations
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

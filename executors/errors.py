@@ -1,0 +1,34 @@
+"""The exception hierarchy: every error executors raises itself derives from ExecutorsError."""
+
+from __future__ import annotations
+
+__all__ = (
+    "ExecutorsError",
+    "WouldBlock",
+    "ClosedError",
+    "ChannelClosed",
+    "ShutdownError",
+)
+
+
+class ExecutorsError(Exception):
+    """Base class of the exceptions this library defines."""
+
+
+class WouldBlock(ExecutorsError):
+    """Raised by an ``X_nowait()`` operation that cannot complete at once.
+
+    Retry later, or call the blocking ``X()`` form instead.
+    """
+
+
+class ClosedError(ExecutorsError):
+    """Raised when an operation is attempted on an object that has been closed."""
+
+
+class ChannelClosed(ClosedError):
+    """Raised by a channel operation once the channel is closed (and, for ``get``, drained)."""
+
+
+class ShutdownError(ClosedError):
+    """Raised when work is submitted to something that has been shut down."""

@@ -1,0 +1,1 @@
+"""integrations: adapters from executors to the outside world (pymongo, a thread portal)."""

@@ -1,0 +1,55 @@
+"""Every public module declares `__all__` as a tuple, and the packages re-export all of it."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import types
+
+import pytest
+
+import executors
+import executors.aio
+
+
+def _public_modules(package: types.ModuleType) -> list[str]:
+    names = []
+    for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        parts = info.name.split(".")
+        if any(p.startswith("_") for p in parts) or info.name.endswith(".cli"):
+            continue
+        names.append(info.name)
+    return names
+
+
+MODULES = _public_modules(executors)
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_module_has_all_tuple(name: str) -> None:
+    """Each public module has an `__all__` tuple naming objects that exist."""
+    module = importlib.import_module(name)
+    assert isinstance(getattr(module, "__all__", None), tuple), f"{name} has no __all__ tuple"
+    for attr in module.__all__:
+        assert hasattr(module, attr), f"{name}.__all__ names missing {attr}"
+
+
+# Modules whose names are reached through their own namespace rather than the package root.
+NOT_REEXPORTED_AT_ROOT = {"executors.registry", "executors.testing", "executors.coordinator"}
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_package_reexports_module(name: str) -> None:
+    """The public names of each module are re-exported by its package, where the plan says so."""
+    module = importlib.import_module(name)
+    if name.startswith("executors.aio."):
+        package = executors.aio
+    elif name in NOT_REEXPORTED_AT_ROOT or name == "executors.aio":
+        return
+    else:
+        package = executors
+    for attr in module.__all__:
+        assert getattr(package, attr, None) is getattr(module, attr), (
+            f"{package.__name__} does not re-export {name}.{attr}"
+        )
+        assert attr in package.__all__, f"{attr} missing from {package.__name__}.__all__"
