@@ -2,4 +2,6 @@
 
 from __future__ import annotations
 
-__all__ = ()
+from ._atomic import atomic as atomic
+
+__all__ = ("atomic",)
