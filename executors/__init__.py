@@ -7,10 +7,14 @@ from .errors import ClosedError as ClosedError
 from .errors import ExecutorsError as ExecutorsError
 from .errors import ShutdownError as ShutdownError
 from .errors import WouldBlock as WouldBlock
+from .periodic import PeriodicExecutor as PeriodicExecutor
+from .periodic import PeriodicExecutorStatistics as PeriodicExecutorStatistics
 
 __version__ = "0.1.0.dev0"
 
 __all__ = (
+    "PeriodicExecutor",
+    "PeriodicExecutorStatistics",
     "ExecutorsError",
     "WouldBlock",
     "ClosedError",

@@ -1,0 +1,144 @@
+"""The weakref registry of live executors, their joint shutdown at exit, and the fork hook."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from ._clock import SYSTEM_CLOCK
+
+if TYPE_CHECKING:
+    from .periodic import PeriodicExecutor
+
+__all__ = (
+    "live_executors",
+    "shutdown",
+    "is_shutting_down",
+    "exit_timeout",
+    "set_exit_timeout",
+    "add_shutdown_hook",
+    "remove_shutdown_hook",
+)
+
+
+class _Registered(Protocol):
+    def close(self, dummy: object = None) -> object: ...
+    def join(self, timeout: float | None = None) -> bool: ...
+    def _after_fork_in_child(self) -> None: ...
+
+
+# weakref.ref objects of live registered objects. The registry never keeps anything alive: an
+# executor is kept alive by its thread while it runs, and by its owner; when both are gone the
+# ref's callback drops the entry. Set operations are atomic under the GIL; the callback runs in
+# whatever thread collected the executor and takes no lock.
+_registered: set[weakref.ref[_Registered]] = set()
+_shutdown_hooks: list[Callable[[float], object]] = []
+_state = {"shutting_down": False, "exit_timeout": 1.0}
+
+
+logger = logging.getLogger("executors.registry")
+_now = SYSTEM_CLOCK.monotonic
+
+
+def _forget(ref: weakref.ref[_Registered]) -> None:
+    _registered.discard(ref)
+
+
+def register(obj: _Registered) -> None:
+    """Track `obj` by weak reference (idempotent: refs to one object compare equal)."""
+    _registered.add(weakref.ref(obj, _forget))
+
+
+def live_executors() -> list[PeriodicExecutor]:
+    """The registered executors that are still alive (opened at least once, not collected)."""
+    from .periodic import PeriodicExecutor
+
+    return [obj for ref in list(_registered)
+            if isinstance(obj := ref(), PeriodicExecutor)]
+
+
+def _live() -> list[_Registered]:
+    return [obj for ref in list(_registered) if (obj := ref()) is not None]
+
+
+def is_shutting_down() -> bool:
+    """True once the exit shutdown has begun; executors then refuse to start threads."""
+    return bool(_state["shutting_down"])
+
+
+def exit_timeout() -> float:
+    """The global deadline, in seconds, that interpreter exit gives all executors together."""
+    return float(_state["exit_timeout"])
+
+
+def set_exit_timeout(seconds: float) -> None:
+    """Set the global exit deadline (default 1.0 s). 0 closes everything and waits for none."""
+    from .periodic import check_interval
+
+    _state["exit_timeout"] = check_interval(seconds, "seconds")
+
+
+def add_shutdown_hook(hook: Callable[[float], object]) -> None:
+    """Call ``hook(deadline)`` at the start of `shutdown`, before executors are closed.
+
+    `deadline` is a `time.monotonic()` value (real time, even under freezegun); a hook must
+    finish by then. Hooks run in the order they were added. Deferred-cleanup queues use this
+    to flush while the resources they need (database clients, say) are still usable.
+    """
+    if not callable(hook):
+        raise TypeError(f"hook must be callable, got {type(hook).__name__}")
+    _shutdown_hooks.append(hook)
+
+
+def remove_shutdown_hook(hook: Callable[[float], object]) -> None:
+    """Forget a hook added by `add_shutdown_hook` (no error if it is not there)."""
+    try:
+        _shutdown_hooks.remove(hook)
+    except ValueError:
+        pass
+
+
+def shutdown(timeout: float = 1.0) -> list[_Registered]:
+    """Close every live executor, then join them all against **one** deadline.
+
+    PyMongo joins each executor for 1 s in turn, so N busy executors hold up exit for N seconds;
+    here the whole shutdown takes at most `timeout` (plus the hooks' own share of it).
+
+    Returns:
+        The executors whose threads were still running at the deadline.
+    """
+    from .periodic import check_interval
+
+    timeout = check_interval(timeout, "timeout")
+    deadline = _now() + timeout
+    for hook in list(_shutdown_hooks):
+        try:
+            hook(deadline)
+        except Exception:  # a failing hook must not stop the rest of the shutdown
+            logger.exception("shutdown hook %r failed", hook)
+    live = _live()
+    for obj in live:
+        obj.close()
+    return [obj for obj in live if not obj.join(max(0.0, deadline - _now()))]
+
+
+def _at_exit() -> None:
+    _state["shutting_down"] = True
+    shutdown(exit_timeout())
+
+
+def _after_fork_in_child() -> None:
+    # The child has one thread: ours are gone. Rebuild each object's internals (fresh locks and
+    # queues, never released ones) and let each apply its fork policy.
+    _state["shutting_down"] = False
+    for obj in _live():
+        obj._after_fork_in_child()
+
+
+atexit.register(_at_exit)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

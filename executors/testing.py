@@ -1,0 +1,150 @@
+"""Helpers for tests of code that uses executors: a virtual clock, and waiting with a deadline."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar, final
+
+from ._clock import SYSTEM_CLOCK
+
+__all__ = ("VirtualClock", "wait_until")
+
+T = TypeVar("T")
+
+_TICK = object()
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 10.0, *,
+               interval: float = 0.001, message: str = "") -> None:
+    """Return as soon as ``condition()`` is true; raise `TimeoutError` after `timeout` seconds.
+
+    For tests of background threads: poll a cheap condition against a deadline, instead of
+    sleeping a fixed time and hoping. The poll interval grows from `interval` to 50 ms.
+
+    Example:
+        >>> wait_until(lambda: True)
+    """
+    deadline = SYSTEM_CLOCK.monotonic() + timeout
+    delay = interval
+    while not condition():
+        if SYSTEM_CLOCK.monotonic() >= deadline:
+            raise TimeoutError(message or f"condition not met within {timeout}s: {condition!r}")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+@final
+class VirtualClock:
+    """A clock that only moves when a test calls `advance`; executors sleeping on it wait.
+
+    Pass it as ``clock=`` to a `PeriodicExecutor` (or anything taking a clock). Its threads then
+    sleep until `advance` moves time past their deadline, so a test of a 60 s schedule runs in
+    milliseconds with no real sleeping. `wake()` and `close()` still act at once in real time.
+
+    `advance(seconds)` moves time and, by default, waits until every thread it woke has gone
+    back to sleep on the clock (or exited): when it returns, the runs that were due have
+    happened, and assertions need no waiting.
+
+    Example:
+        >>> from executors import PeriodicExecutor
+        >>> clock = VirtualClock()
+        >>> runs = []
+        >>> ex = PeriodicExecutor(10, 1, lambda: runs.append(clock.monotonic()) or True,
+        ...                       clock=clock)
+        >>> ex.open()
+        >>> clock.wait_for_sleepers(1)
+        >>> clock.advance(25)
+        >>> runs
+        [0.0, 10.0, 20.0]
+        >>> ex.close(wait=True)
+        True
+    """
+
+    def __init__(self, start: float = 0.0) -> None:
+        self._now = float(start)
+        self._cond = threading.Condition()
+        # thread -> (deadline, queue) for threads blocked in wait()
+        self._sleepers: dict[threading.Thread, tuple[float, queue.SimpleQueue[object]]] = {}
+
+    def monotonic(self) -> float:
+        return self._now
+
+    @property
+    def sleepers(self) -> int:
+        """How many threads are sleeping on this clock now."""
+        with self._cond:
+            return len(self._sleepers)
+
+    def wait(self, q: queue.SimpleQueue[T], timeout: float) -> T:
+        """Block until an item is put in `q` or virtual time passes `timeout` (then `Empty`)."""
+        me = threading.current_thread()
+        with self._cond:
+            deadline = self._now + max(timeout, 0.0)
+            if deadline <= self._now:
+                raise queue.Empty
+            self._sleepers[me] = (deadline, q)  # type: ignore[assignment]
+            self._cond.notify_all()
+        try:
+            item = q.get()
+        finally:
+            with self._cond:
+                self._sleepers.pop(me, None)
+                self._cond.notify_all()
+        if item is _TICK:
+            raise queue.Empty
+        return item
+
+    def advance(self, seconds: float, *, settle: bool = True, timeout: float = 10.0) -> None:
+        """Move time forward by `seconds`, one due deadline at a time, in order.
+
+        Each sleeper whose deadline falls within the step is woken at its deadline (time is set
+        to exactly that deadline), and with `settle` the clock waits until it sleeps again
+        before moving on, so periodic runs inside one long step all happen, in order, each at
+        its own due time.
+
+        Raises:
+            ValueError: `seconds` is negative or not finite.
+            TimeoutError: with `settle`, a woken thread did not sleep again or exit within
+                `timeout` real seconds (its target is blocked, say).
+        """
+        if not (seconds >= 0 and seconds != float("inf")):
+            raise ValueError(f"seconds must be a finite number >= 0, got {seconds!r}")
+        with self._cond:
+            end = self._now + seconds
+            while True:
+                due = [(d, t, q) for t, (d, q) in self._sleepers.items() if d <= end]
+                if not due:
+                    break
+                step = min(d for d, _, _ in due)
+                self._now = max(self._now, step)
+                woken = [(t, q) for d, t, q in due if d <= step]
+                for t, q in woken:
+                    self._sleepers.pop(t, None)
+                    q.put(_TICK)
+                if not settle:
+                    continue
+                self._settle([t for t, _ in woken], timeout)
+            self._now = end
+
+    def wait_for_sleepers(self, count: int, timeout: float = 10.0) -> None:
+        """Wait (real time) until at least `count` threads are sleeping on this clock."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: len(self._sleepers) >= count, timeout):
+                raise TimeoutError(
+                    f"{len(self._sleepers)} thread(s) sleeping on the clock, expected {count}"
+                )
+
+    def _settle(self, threads: list[threading.Thread], timeout: float) -> None:
+        deadline = SYSTEM_CLOCK.monotonic() + timeout
+        while not all(t in self._sleepers or not t.is_alive() for t in threads):
+            remaining = deadline - SYSTEM_CLOCK.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("a thread woken by VirtualClock.advance did not sleep again")
+            # A thread that exits does not notify; bound each wait so its death is seen.
+            self._cond.wait(min(remaining, 0.05))
+
+    def __repr__(self) -> str:
+        return f"<VirtualClock now={self._now:g} sleepers={len(self._sleepers)}>"
