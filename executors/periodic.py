@@ -10,8 +10,11 @@ import math
 import queue
 import sys
 import threading
+import weakref
 from collections.abc import Callable
-from typing import Literal, final
+from typing import Literal, TypedDict, TypeVar, final
+
+from typing_extensions import Unpack
 
 from . import registry
 from ._clock import SYSTEM_CLOCK, Clock
@@ -24,6 +27,13 @@ OnError = Literal["continue", "stop"]
 ForkPolicy = Literal["lazy", "eager", "stop"]
 
 _names = itertools.count(1)
+OwnerT = TypeVar("OwnerT")
+
+
+class _Options(TypedDict, total=False):
+    on_error: OnError
+    clock: Clock | None
+    fork_policy: ForkPolicy
 
 
 def check_interval(value: object, name: str, *, allow_zero: bool = True) -> float:
@@ -216,6 +226,52 @@ class PeriodicExecutor:
         self._wake_requested = False
         self._needs_fork_restart = False
         self._next_run: float | None = None
+
+    @classmethod
+    def for_owner(
+        cls,
+        owner: OwnerT,
+        target: Callable[[OwnerT], object],
+        interval: float,
+        min_interval: float,
+        name: str | None = None,
+        **options: Unpack[_Options],
+    ) -> PeriodicExecutor:
+        """The monitor pattern, done right: run ``target(owner)`` while `owner` lives.
+
+        The executor holds `owner` only by weak reference, so its thread never keeps the owner
+        alive; when the owner is collected the executor closes itself at once (the weakref's
+        callback is `close`) and the thread exits. Keep the returned executor on the owner.
+
+        The weakref is kept in the target's closure, which the running thread keeps reachable.
+        Storing ``weakref.ref(owner, executor.close)`` only on the owner is a trap: when the
+        owner dies in a reference cycle, the weakref is garbage in the same collection and
+        CPython then drops its callback, so the thread would run on for one more interval.
+
+        Example:
+            >>> class Monitor:
+            ...     def __init__(self) -> None:
+            ...         self.checks = 0
+            ...         self.executor = PeriodicExecutor.for_owner(self, Monitor.check, 10, 0.5)
+            ...         self.executor.open()
+            ...     def check(self) -> bool:
+            ...         self.checks += 1
+            ...         return True
+            >>> m = Monitor(); ex = m.executor; del m
+            >>> ex.join(5)
+            True
+        """
+        self_ref: weakref.ref[OwnerT]
+
+        def run_for_owner() -> object:
+            alive = self_ref()
+            if alive is None:
+                return False
+            return target(alive)
+
+        executor = cls(interval, min_interval, run_for_owner, name, **options)
+        self_ref = weakref.ref(owner, executor.close)
+        return executor
 
     # -- control: open ----------------------------------------------------------------------
 
