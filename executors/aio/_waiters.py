@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Iterator
-from typing import Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 from ._atomic import atomic
 
@@ -44,6 +44,14 @@ class Waiter:
     """A party parked in a primitive's FIFO. Hashable by identity."""
 
     __slots__ = ("__weakref__",)
+
+    #: Whether a waiter that took a value (``try_wake`` returned True) must still *resume* on the
+    #: loop before it owns the value. True for tasks: the wake-up is a scheduled callback, and a
+    #: task cancelled before it runs must hand the value back (python/asyncio#270, gh-90155); a
+    #: primitive counts such waiters as "woken, not resumed" until they do either. False (the
+    #: default) when ``try_wake`` returning True completes the hand-off, as for a thread waiter
+    #: that won the race against its own timeout.
+    resumes_on_loop: ClassVar[bool] = False
 
     def try_wake(self, value: object) -> bool:
         """Hand `value` to the waiter if it still waits; True if it took it. Loop thread only."""
@@ -59,6 +67,8 @@ class TaskWaiter(Waiter):
     """A task's waiter: a future on the primitive's loop, resolved with the handed value."""
 
     __slots__ = ("future",)
+
+    resumes_on_loop: ClassVar[bool] = True
 
     def __init__(self, future: asyncio.Future[object]) -> None:
         self.future = future
