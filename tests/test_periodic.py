@@ -564,3 +564,130 @@ def test_repr_and_statistics_show_state(executors_to_close: list[PeriodicExecuto
         stats.runs = 5  # type: ignore[misc]
     ex.close(wait=True)
     assert "closed" in repr(ex)
+
+
+# -- freezegun ------------------------------------------------------------------------------
+
+
+def test_freezegun_does_not_stall_or_spin(executors_to_close: list[PeriodicExecutor]) -> None:
+    """Under freezegun's frozen time, executors keep real time: they run, wake, stop; no spin.
+
+    The default clock reads `time.monotonic` through a reference freezegun does not rewrite, so
+    background work does not hang while a test freezes time (RUBY-1687), and a frozen clock can
+    never make the wait loop spin.
+    """
+    import freezegun.config
+
+    target = Counter()
+    ex = make(executors_to_close, 0.05, 0, target)
+    # Freeze everywhere: freezegun otherwise returns real time to callers near `threading`.
+    saved = freezegun.config.settings.default_ignore_list
+    freezegun.config.settings.default_ignore_list = []
+    try:
+        frozen_ctx = freezegun.freeze_time("2020-01-01")
+    finally:
+        freezegun.config.settings.default_ignore_list = saved
+    with frozen_ctx:
+        frozen = time.monotonic()
+        ex.open()
+        assert target.wait_for(4, timeout=5)
+        assert time.monotonic() == frozen  # time really is frozen for the test
+        stats = ex.statistics()
+        assert stats.wakeups <= stats.runs + 2  # one wake-up per run: no spinning
+        ex.update_interval(60)
+        ex.wake()
+        n = target.calls
+        assert target.wait_for(n + 1)
+        assert ex.close(wait=True, timeout=2)
+
+
+# -- the state machine ----------------------------------------------------------------------
+
+from hypothesis import settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule  # noqa: E402
+
+
+class ExecutorMachine(RuleBasedStateMachine):
+    """open/close/wake/skip_sleep/target results/time, in any order; checked after every step.
+
+    Invariants: at most one thread per executor; a closed executor's thread exits; an open one
+    has exactly one thread, asleep on the clock between steps; runs never go backwards; an open
+    executor with a healthy target runs again within `interval` of clock time.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = VirtualClock()
+        self.mode = "ok"
+        self.runs_seen = 0
+        self.name = f"machine-{id(self)}"
+        self.ex = PeriodicExecutor(10, 1, self.target, name=self.name, clock=self.clock)
+
+    def target(self) -> bool:
+        if self.mode == "raise":
+            raise ValueError("machine")
+        return self.mode == "ok"
+
+    def threads(self) -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == self.name]
+
+    def settle(self) -> None:
+        def settled() -> bool:
+            alive = self.threads()
+            if self.ex.closed:
+                return not alive
+            return len(alive) == 1 and self.clock.sleepers == 1 and not self.ex._running
+        wait_until(settled, timeout=10, message=f"never settled: {self.ex!r}")
+
+    @rule()
+    def open(self) -> None:
+        self.ex.open()
+        self.settle()
+
+    @rule()
+    def close(self) -> None:
+        self.ex.close()
+        self.settle()
+
+    @rule()
+    def wake(self) -> None:
+        self.ex.wake()
+        self.settle()
+
+    @rule()
+    def skip_sleep(self) -> None:
+        self.ex.skip_sleep()
+        self.settle()
+
+    @rule(mode=st.sampled_from(["ok", "ok", "false", "raise"]))
+    def set_mode(self, mode: str) -> None:
+        self.mode = mode
+
+    @rule(seconds=st.sampled_from([0.5, 1, 3, 10, 25]))
+    def advance(self, seconds: float) -> None:
+        runs = self.ex.statistics().runs
+        was_open = not self.ex.closed
+        self.clock.advance(seconds)
+        self.settle()
+        if was_open and seconds >= 10 and self.mode == "ok":
+            assert self.ex.statistics().runs > runs
+
+    @invariant()
+    def one_thread_at_most(self) -> None:
+        assert len(self.threads()) <= 1
+
+    @invariant()
+    def runs_only_grow(self) -> None:
+        runs = self.ex.statistics().runs
+        assert runs >= self.runs_seen
+        self.runs_seen = runs
+
+    def teardown(self) -> None:
+        self.ex.close()
+        assert self.ex.join(5)
+
+
+ExecutorMachine.TestCase.settings = settings(max_examples=25, stateful_step_count=25,
+                                             deadline=None)
+test_executor_state_machine = ExecutorMachine.TestCase
