@@ -122,7 +122,11 @@ def markdown_table(results: list[dict[str, object]]) -> str:
     for r in results:
         medians: dict[str, float] = r["medians"]  # type: ignore[assignment]
         adv = r["advantage_over_best_peer"]
-        adv_s = "n/a" if adv is None else (f"{adv:.1f}x vs {r['best_peer']}")
+        if adv is None:
+            adv_s = "n/a"
+        else:
+            factor = "∞" if adv == float("inf") else f"{adv:.1f}"
+            adv_s = f"{factor}x vs {r['best_peer']}"
         cells = [fmt(medians[n]) if n in medians else "—" for n in names]
         lines.append(f"| {r['name']} ({r['unit']}, {r['better']} is better) | {adv_s} | "
                      + " | ".join(cells) + " |")
