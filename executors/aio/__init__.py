@@ -3,6 +3,16 @@
 from __future__ import annotations
 
 from ._atomic import atomic as atomic
+from .channels import Channel as Channel
+from .channels import ChannelStatistics as ChannelStatistics
+from .channels import Closed as Closed
+from .channels import Get as Get
+from .channels import GetResult as GetResult
+from .channels import Select as Select
+from .channels import SelectResult as SelectResult
+from .channels import Send as Send
+from .channels import SendResult as SendResult
+from .channels import select as select
 from .locks import BoundedSemaphore as BoundedSemaphore
 from .locks import Lock as Lock
 from .locks import LockStatistics as LockStatistics
@@ -16,4 +26,14 @@ __all__ = (
     "Lock",
     "SemaphoreStatistics",
     "LockStatistics",
+    "Channel",
+    "ChannelStatistics",
+    "Send",
+    "Get",
+    "Select",
+    "select",
+    "SendResult",
+    "GetResult",
+    "Closed",
+    "SelectResult",
 )
