@@ -10,6 +10,7 @@ import textwrap
 import threading
 import time
 import warnings
+import weakref
 
 import pytest
 
@@ -32,10 +33,12 @@ def test_registry_tracks_opened_executors_weakly() -> None:
     ex.open()
     assert ex in registry.live_executors()
     ex.close(wait=True)
-    ref_count = len(registry.live_executors())
+    entries = len(registry._registered)
+    ref = weakref.ref(ex)
     del ex
     gc.collect()
-    assert len(registry.live_executors()) == ref_count - 1
+    assert ref() is None  # the registry did not keep it alive
+    assert len(registry._registered) < entries  # and its entry went with it
     assert not any(e.name == "tracked" for e in registry.live_executors())
 
 
