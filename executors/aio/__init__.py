@@ -13,11 +13,23 @@ from .channels import SelectResult as SelectResult
 from .channels import Send as Send
 from .channels import SendResult as SendResult
 from .channels import select as select
+from .combinators import Merge as Merge
+from .combinators import join as join
+from .combinators import merge as merge
+from .combinators import race as race
+from .combinators import race_ok as race_ok
+from .combinators import try_join as try_join
 from .locks import BoundedSemaphore as BoundedSemaphore
 from .locks import Lock as Lock
 from .locks import LockStatistics as LockStatistics
 from .locks import Semaphore as Semaphore
 from .locks import SemaphoreStatistics as SemaphoreStatistics
+from .periodic import AsyncPeriodicExecutor as AsyncPeriodicExecutor
+from .periodic import AsyncPeriodicExecutorStatistics as AsyncPeriodicExecutorStatistics
+from .taskgroups import PersistentTaskGroup as PersistentTaskGroup
+from .taskgroups import PersistentTaskGroupStatistics as PersistentTaskGroupStatistics
+from .taskgroups import TaskGroup as TaskGroup
+from .taskgroups import spawn_background as spawn_background
 
 __all__ = (
     "atomic",
@@ -36,4 +48,16 @@ __all__ = (
     "GetResult",
     "Closed",
     "SelectResult",
+    "TaskGroup",
+    "PersistentTaskGroup",
+    "PersistentTaskGroupStatistics",
+    "spawn_background",
+    "race",
+    "join",
+    "try_join",
+    "race_ok",
+    "merge",
+    "Merge",
+    "AsyncPeriodicExecutor",
+    "AsyncPeriodicExecutorStatistics",
 )
