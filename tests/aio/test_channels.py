@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import random
-import sys
 import time
 from collections.abc import Callable, Coroutine
 from typing import TypeVar
@@ -679,9 +678,10 @@ def _cancellation_stress(seed: int, rounds: int) -> None:
             elif kind < 0.7:
                 tasks.append(asyncio.create_task(getter(ch)))
             else:
-                ops: list[Send[int] | Get[int]] = []
-                for c in rng.sample(chans, rng.randint(1, 3)):
-                    ops.append(Send(c, next(counter)) if rng.random() < 0.5 else Get(c))
+                ops: list[Send[int] | Get[int]] = [
+                    Send(c, next(counter)) if rng.random() < 0.5 else Get(c)
+                    for c in rng.sample(chans, rng.randint(1, 3))
+                ]
                 tasks.append(asyncio.create_task(selector(ops)))
             for _ in range(rng.randint(0, 2)):
                 victim = rng.choice(tasks)
@@ -715,7 +715,7 @@ def test_cancellation_stress_multiset_long() -> None:
     _cancellation_stress(1234, 100_000)
 
 
-# --- hypothesis: a channel's invariants -------------------------------------------------------------
+# --- hypothesis: a channel's invariants ---------------------------------------------------
 
 
 class ChannelMachine(RuleBasedStateMachine):
@@ -848,9 +848,6 @@ test_channel_state_machine = ChannelMachine.TestCase
 
 def test_deferred_cancellation_keeps_cancel_count() -> None:
     """A deferred cancellation leaves Task.cancelling() at its requested count."""
-    if sys.version_info < (3, 11):  # pragma: no cover
-        pytest.skip("Task.cancelling() is 3.11+")
-
     async def main() -> None:
         ch: Channel[int] = Channel()
         counts = []
