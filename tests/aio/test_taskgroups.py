@@ -1,0 +1,695 @@
+"""TaskGroup (3.13 behaviour everywhere), PersistentTaskGroup and spawn_background."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import gc
+import sys
+import warnings
+import weakref
+from collections.abc import Coroutine
+from typing import Any
+
+import pytest
+
+from executors.aio import PersistentTaskGroup, TaskGroup, spawn_background
+from executors.errors import ShutdownError
+
+EAGER = [False, *([True] if sys.version_info >= (3, 12) else [])]
+
+
+def run(coro: Coroutine[Any, Any, Any], *, eager: bool = False) -> Any:
+    """asyncio.run, optionally with the 3.12+ eager task factory installed."""
+
+    async def main() -> Any:
+        if eager:
+            factory = asyncio.eager_task_factory  # type: ignore[attr-defined]
+            asyncio.get_running_loop().set_task_factory(factory)
+        return await coro
+
+    return asyncio.run(main())
+
+
+async def raise_after(delay: float, exc: type[BaseException]) -> None:
+    await asyncio.sleep(delay)
+    raise exc()
+
+
+class Boom(Exception):
+    pass
+
+
+class MyBaseExc(BaseException):
+    pass
+
+
+# -- TaskGroup -------------------------------------------------------------------------------
+
+
+def test_refused_coroutine_is_closed() -> None:
+    """create_task on a group not entered / finished / shutting down closes the coroutine
+    (gh-115957, 3.13 behaviour) on every interpreter: no "never awaited" warning."""
+
+    async def main() -> None:
+        tg = TaskGroup()
+        with pytest.raises(RuntimeError, match="has not been entered"):
+            tg.create_task(asyncio.sleep(0))
+        async with tg:
+            pass
+        with pytest.raises(RuntimeError, match="is finished"):
+            tg.create_task(asyncio.sleep(0))
+        with pytest.raises(ExceptionGroup):
+            async with TaskGroup() as tg2:
+                tg2.create_task(raise_after(0, Boom))
+                try:
+                    await asyncio.sleep(1)
+                finally:
+                    with pytest.raises(RuntimeError, match="is shutting down"):
+                        tg2.create_task(asyncio.sleep(0))
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run(main())
+        gc.collect()
+    assert [w for w in caught if "never awaited" in str(w.message)] == []
+
+
+@pytest.mark.parametrize("eager", EAGER)
+def test_nested_groups_both_fail_balanced(eager: bool) -> None:
+    """gh-116720 on every interpreter: inner and outer children fail at once; the outer error
+    is raised, cancelling() is 1 inside the outer block and 0 after, with no stray cancel
+    (3.11/3.12's uncancel() leaves `_must_cancel` set; ours absorbs it)."""
+
+    async def main() -> list[int]:
+        seen = []
+        try:
+            async with TaskGroup() as outer:
+                try:
+                    async with TaskGroup() as inner:
+                        inner.create_task(raise_after(0, RuntimeError))
+                        outer.create_task(raise_after(0, ValueError))
+                except* RuntimeError:
+                    pass
+                seen.append(asyncio.current_task().cancelling())  # type: ignore[union-attr]
+        except* ValueError:
+            pass
+        seen.append(asyncio.current_task().cancelling())  # type: ignore[union-attr]
+        await asyncio.sleep(0)  # no stale cancellation arrives here
+        return seen
+
+    assert run(main(), eager=eager) == [1, 0]
+
+
+def test_error_and_outside_cancel_redelivered() -> None:
+    """Errors beat cancellation, and an outside cancel that arrived meanwhile is re-delivered
+    at the next await with cancelling() stable at 1 (test_error_and_cancel, 3.13)."""
+    log: list[str] = []
+
+    async def inner(started: asyncio.Event) -> None:
+        try:
+            async with TaskGroup() as tg:
+                tg.create_task(raise_after(0, Boom))
+                started.set()
+                await asyncio.sleep(1)
+        except* Boom:
+            log.append(f"group {asyncio.current_task().cancelling()}")  # type: ignore[union-attr]
+        await asyncio.sleep(1)
+        log.append("not cancelled")
+
+    async def main() -> None:
+        started = asyncio.Event()
+        t = asyncio.create_task(inner(started))
+        await started.wait()
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+
+    run(main())
+    assert log == ["group 1"]
+
+
+@pytest.mark.parametrize("eager", EAGER)
+def test_cancelling_balanced_after_handled_error(eager: bool) -> None:
+    """After `except*` handles a child error, the parent's cancelling() is 0 again (gh-95289)."""
+
+    async def main() -> int:
+        try:
+            async with TaskGroup() as tg:
+                tg.create_task(raise_after(0, RuntimeError))
+                await asyncio.sleep(1)
+        except* RuntimeError:
+            pass
+        await asyncio.sleep(0)
+        return asyncio.current_task().cancelling()  # type: ignore[union-attr]
+
+    assert run(main(), eager=eager) == 0
+
+
+def test_cancelled_error_subclass_is_cancellation() -> None:
+    """A subclass of CancelledError leaving the body counts as cancellation (3.13 issubclass,
+    3.11/3.12 compared identity)."""
+
+    class MyCancel(asyncio.CancelledError):
+        pass
+
+    async def main() -> None:
+        async with TaskGroup() as tg:
+            tg.create_task(asyncio.sleep(1))
+            raise MyCancel
+
+    with pytest.raises(MyCancel):
+        run(main())
+
+
+def test_keyboard_interrupt_from_body_is_bare() -> None:
+    """KeyboardInterrupt from the body comes out bare; other BaseExceptions are grouped."""
+
+    async def body(exc: type[BaseException]) -> None:
+        async with TaskGroup() as tg:
+            tg.create_task(asyncio.sleep(1))
+            raise exc
+
+    with pytest.raises(KeyboardInterrupt):
+        run(body(KeyboardInterrupt))
+    with pytest.raises(BaseExceptionGroup) as info:
+        run(body(MyBaseExc))
+    assert not isinstance(info.value, ExceptionGroup)
+    assert [type(e) for e in info.value.exceptions] == [MyBaseExc]
+
+
+@pytest.mark.parametrize("eager", EAGER)
+def test_eager_children(eager: bool) -> None:
+    """Children that finish or fail during create_task (eager factory) are accounted for:
+    results kept, failure raised as an ExceptionGroup, no hang (gh-104144)."""
+
+    async def value(x: int) -> int:
+        return x
+
+    async def fail_now() -> None:
+        raise Boom
+
+    async def main() -> list[int]:
+        async with TaskGroup() as tg:
+            tasks = [tg.create_task(value(i)) for i in range(5)]
+        assert not tg._tasks
+        return [t.result() for t in tasks]
+
+    assert run(main(), eager=eager) == [0, 1, 2, 3, 4]
+
+    async def failing() -> None:
+        async with TaskGroup() as tg:
+            tg.create_task(fail_now())
+            await asyncio.sleep(1)
+
+    with pytest.raises(ExceptionGroup) as info:
+        run(failing(), eager=eager)
+    assert [type(e) for e in info.value.exceptions] == [Boom]
+
+
+def test_group_and_errors_not_retained() -> None:
+    """After the block raised, the group holds no exception and nothing keeps the group alive
+    through a traceback (the gh-124958 / gh-128552 cycles)."""
+
+    async def main() -> weakref.ref[TaskGroup]:
+        tg = TaskGroup()
+        try:
+            async with tg:
+                tg.create_task(raise_after(0, Boom))
+        except* Boom:
+            pass
+        assert tg._errors == [] and tg._base_error is None
+        return weakref.ref(tg)
+
+    gc.disable()
+    try:
+        ref = run(main())
+        assert ref() is None  # freed by reference counting alone, no cycle
+    finally:
+        gc.enable()
+
+
+def test_taskgroup_repr() -> None:
+    """repr shows the state: entered with its task count, then finished."""
+
+    async def main() -> list[str]:
+        out = []
+        async with TaskGroup() as tg:
+            tg.create_task(asyncio.sleep(0.01))
+            out.append(repr(tg))
+        out.append(repr(tg))
+        return out
+
+    entered, finished = run(main())
+    assert entered == "<TaskGroup tasks=1 entered>"
+    assert finished == "<TaskGroup finished>"
+
+
+# -- PersistentTaskGroup ---------------------------------------------------------------------
+
+
+def test_ptg_failure_does_not_cancel_siblings_handler_called_at_once() -> None:
+    """A failing task does not cancel its siblings; the handler is called once per failure,
+    when it happens (not at exit); nothing is raised at exit."""
+    calls: list[tuple[str, str]] = []
+
+    async def main() -> list[str]:
+        sibling_done = asyncio.Event()
+
+        def handler(exc: BaseException, task: asyncio.Task[object]) -> None:
+            calls.append((type(exc).__name__, task.get_name()))
+
+        async def sibling() -> str:
+            await asyncio.sleep(0.02)
+            sibling_done.set()
+            return "ok"
+
+        async with PersistentTaskGroup(exception_handler=handler) as group:
+            s = group.create_task(sibling())
+            for i in range(3):
+                group.create_task(raise_after(0, Boom), name=f"bad{i}")
+            await asyncio.sleep(0.005)
+            assert len(calls) == 3 and not sibling_done.is_set()  # reported immediately
+        return [await s]
+
+    assert run(main()) == ["ok"]
+    assert sorted(calls) == [("Boom", "bad0"), ("Boom", "bad1"), ("Boom", "bad2")]
+
+
+def test_ptg_async_handler_and_handler_failure_go_to_loop() -> None:
+    """An async handler runs as a task the exit waits for; a failing handler (sync or async)
+    reaches the loop's exception handler and raises nothing."""
+    seen: list[str] = []
+    loop_errors: list[str] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(
+            lambda loop, ctx: loop_errors.append(type(ctx["exception"]).__name__)
+        )
+
+        async def handler(exc: BaseException, task: asyncio.Task[object]) -> None:
+            await asyncio.sleep(0.01)
+            seen.append(type(exc).__name__)
+            if isinstance(exc, ValueError):
+                raise KeyError("handler bug")
+
+        async with PersistentTaskGroup(exception_handler=handler) as group:
+            group.create_task(raise_after(0, Boom))
+            group.create_task(raise_after(0, ValueError))
+
+        def sync_handler(exc: BaseException, task: asyncio.Task[object]) -> None:
+            raise LookupError("sync handler bug")
+
+        async with PersistentTaskGroup(exception_handler=sync_handler) as group:
+            group.create_task(raise_after(0, Boom))
+        assert group.statistics().handler_errors == 1
+
+    run(main())
+    assert sorted(seen) == ["Boom", "ValueError"]
+    assert sorted(loop_errors) == ["KeyError", "LookupError"]
+
+
+def test_ptg_default_handler_reports_to_loop() -> None:
+    """Without a handler, each failure goes to the loop's exception handler with the task."""
+    reported: list[tuple[str, str]] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(
+            lambda loop, ctx: reported.append((type(ctx["exception"]).__name__,
+                                               ctx["task"].get_name()))
+        )
+        async with PersistentTaskGroup(name="app") as group:
+            group.create_task(raise_after(0, Boom), name="job")
+
+    run(main())
+    assert reported == [("Boom", "job")]
+
+
+def test_ptg_handle_result_exception_and_cancel() -> None:
+    """create_task returns the task: awaiting gives the result or raises the error; cancelling
+    it cancels the work cleanly, with nothing sent to the loop's exception handler (aiotools'
+    proxy future raised InvalidStateError there)."""
+    loop_errors: list[object] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda loop, ctx: loop_errors.append(ctx))
+        cleaned = asyncio.Event()
+
+        async def slow() -> None:
+            try:
+                await asyncio.sleep(10)
+            finally:
+                cleaned.set()
+
+        group = PersistentTaskGroup(exception_handler=lambda exc, task: None)
+        assert await group.create_task(asyncio.sleep(0, 7)) == 7
+        with pytest.raises(Boom):
+            await group.create_task(raise_after(0, Boom))
+        handle = group.create_task(slow())
+        await asyncio.sleep(0)
+        handle.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await handle
+        assert cleaned.is_set()
+        await group.shutdown()
+        stats = group.statistics()
+        assert (stats.succeeded, stats.failed, stats.cancelled, stats.running) == (1, 1, 1, 0)
+
+    run(main())
+    assert loop_errors == []
+
+
+@pytest.mark.parametrize("exc", [MyBaseExc, SystemExit])
+def test_ptg_base_exception_not_swallowed(exc: type[BaseException]) -> None:
+    """A task ending with a BaseException that is not an Exception is not swallowed: the group
+    cancels the rest and re-raises it at exit (SystemExit bare, others grouped)."""
+    cancelled = []
+
+    async def victim() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    async def main() -> None:
+        async with PersistentTaskGroup() as group:
+            group.create_task(victim())
+            group.create_task(raise_after(0, exc))
+            await asyncio.sleep(10)  # interrupted
+
+    expected = SystemExit if exc is SystemExit else BaseExceptionGroup
+    with pytest.raises(expected):
+        run(main())
+    assert cancelled == [True]
+
+    async def attribute_mode() -> int:
+        group = PersistentTaskGroup()
+        group.create_task(raise_after(0, exc))
+        await asyncio.sleep(0.01)
+        with pytest.raises(expected):
+            await group.shutdown()
+        await group.shutdown()  # raised once
+        return asyncio.current_task().cancelling()  # type: ignore[union-attr]
+
+    if exc is MyBaseExc:
+        assert run(attribute_mode()) == 0
+
+
+def test_ptg_refuses_after_shutdown_and_closes_coroutine() -> None:
+    """create_task after shutdown() (or after the async-with exit) raises ShutdownError and
+    closes the refused coroutine."""
+
+    async def main() -> None:
+        group = PersistentTaskGroup()
+        group.create_task(asyncio.sleep(0))
+        await group.shutdown()
+        assert group.closed
+        with pytest.raises(ShutdownError):
+            group.create_task(asyncio.sleep(0))
+        async with PersistentTaskGroup() as group2:
+            pass
+        with pytest.raises(ShutdownError):
+            group2.create_task(asyncio.sleep(0))
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run(main())
+        gc.collect()
+    assert [w for w in caught if "never awaited" in str(w.message)] == []
+
+
+def test_ptg_constructible_outside_loop_and_shutdown_before_start() -> None:
+    """The group is built with no running loop; shutting down before a task ran its first step
+    leaves no "never awaited" warning (aiotools' wrapper coroutine did)."""
+    group = PersistentTaskGroup(name="early")
+    assert repr(group) == "<PersistentTaskGroup 'early' idle running=0 spawned=0>"
+    started = []
+
+    async def work() -> None:
+        started.append(True)
+
+    async def main() -> None:
+        for _ in range(5):
+            group.create_task(work())
+        await group.shutdown()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run(main())
+        gc.collect()
+    assert started == []
+    assert [w for w in caught if "never awaited" in str(w.message)] == []
+    assert group.statistics().cancelled == 5
+
+
+def test_ptg_shutdown_cancels_and_waits_for_cleanup() -> None:
+    """shutdown() cancels running tasks and returns only after their async cleanup finished;
+    it is idempotent."""
+    cleaned = []
+
+    async def worker(i: int) -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.01)
+            cleaned.append(i)
+            raise
+
+    async def main() -> None:
+        group = PersistentTaskGroup()
+        for i in range(10):
+            group.create_task(worker(i))
+        await asyncio.sleep(0)
+        await group.shutdown()
+        assert sorted(cleaned) == list(range(10))
+        await group.shutdown()
+        assert group.statistics().state == "closed"
+
+    run(main())
+
+
+def test_ptg_shutdown_timeout_is_a_grace_period() -> None:
+    """shutdown(timeout) lets tasks finish on their own within the grace period, then cancels
+    what is left."""
+    finished: list[str] = []
+
+    async def job(name: str, delay: float) -> None:
+        await asyncio.sleep(delay)
+        finished.append(name)
+
+    async def main() -> None:
+        group = PersistentTaskGroup()
+        group.create_task(job("quick", 0.01))
+        group.create_task(job("slow", 10))
+        await group.shutdown(timeout=0.5)
+        stats = group.statistics()
+        assert (stats.succeeded, stats.cancelled) == (1, 1)
+
+    run(main())
+    assert finished == ["quick"]
+
+
+def test_ptg_caller_cancelled_during_shutdown_still_waits() -> None:
+    """Cancelling the task awaiting shutdown() cancels the children, still waits for their
+    cleanup, then propagates CancelledError."""
+    cleaned = []
+
+    async def stubborn() -> None:
+        try:
+            await asyncio.sleep(10)
+        finally:
+            await asyncio.sleep(0.02)
+            cleaned.append(True)
+
+    async def main() -> None:
+        group = PersistentTaskGroup()
+        group.create_task(stubborn())
+        closer = asyncio.create_task(group.shutdown(timeout=5))
+        await asyncio.sleep(0.01)
+        closer.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closer
+        assert cleaned == [True]
+
+    run(main())
+
+
+def test_ptg_async_with_waits_for_tasks_spawned_during_exit() -> None:
+    """The async-with exit waits for every task, including ones spawned while it waits."""
+    done: list[int] = []
+
+    async def chain(group: PersistentTaskGroup, n: int) -> None:
+        await asyncio.sleep(0)
+        done.append(n)
+        if n:
+            group.create_task(chain(group, n - 1))
+
+    async def main() -> None:
+        async with PersistentTaskGroup() as group:
+            group.create_task(chain(group, 5))
+        assert done == [5, 4, 3, 2, 1, 0]
+
+    run(main())
+
+
+def test_ptg_memory_flat_over_many_tasks() -> None:
+    """No unbounded growth: after 5,000 tasks (half failing) the group holds no task and no
+    exception (aiotools #54)."""
+
+    async def main() -> None:
+        group = PersistentTaskGroup(exception_handler=lambda exc, task: None)
+        refs: list[weakref.ref[BaseException]] = []
+
+        async def maybe_fail(i: int) -> None:
+            await asyncio.sleep(0)
+            if i % 2:
+                exc = Boom(i)
+                refs.append(weakref.ref(exc))
+                raise exc
+
+        for i in range(5000):
+            group.create_task(maybe_fail(i))
+        while group.statistics().running:
+            await asyncio.sleep(0.001)
+        assert len(group._tasks) == 0
+        gc.collect()
+        assert sum(ref() is not None for ref in refs) == 0
+        await group.shutdown()
+        stats = group.statistics()
+        assert (stats.spawned, stats.succeeded, stats.failed) == (5000, 2500, 2500)
+
+    run(main())
+
+
+@pytest.mark.parametrize("eager", EAGER)
+def test_ptg_eager_tasks(eager: bool) -> None:
+    """Under the eager task factory, tasks completing during create_task are counted."""
+
+    async def value(x: int) -> int:
+        return x
+
+    async def main() -> tuple[int, int]:
+        async with PersistentTaskGroup() as group:
+            tasks = [group.create_task(value(i)) for i in range(100)]
+        return sum(t.result() for t in tasks), group.statistics().succeeded
+
+    assert run(main(), eager=eager) == (4950, 100)
+
+
+def test_ptg_bad_input_repr_and_current() -> None:
+    """Bad arguments name themselves; current() is the owning group inside its block and its
+    tasks; repr and statistics show the state."""
+    with pytest.raises(TypeError, match="name"):
+        PersistentTaskGroup(name=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="exception_handler"):
+        PersistentTaskGroup(exception_handler="x")  # type: ignore[arg-type]
+
+    async def main() -> None:
+        group = PersistentTaskGroup(name="g")
+        with pytest.raises(ValueError, match="timeout"):
+            await group.shutdown(timeout=-1)
+        with pytest.raises(TypeError, match="timeout"):
+            await group.shutdown(timeout="1")  # type: ignore[arg-type]
+        assert PersistentTaskGroup.current() is None
+        async with PersistentTaskGroup(name="app") as app:
+            assert PersistentTaskGroup.current() is app
+            inner = await app.create_task(_current_name())
+            assert inner == "app"
+            app.create_task(asyncio.sleep(0.05))
+            assert repr(app) == "<PersistentTaskGroup 'app' open running=1 spawned=2>"
+        assert PersistentTaskGroup.current() is None
+        assert app.statistics().state == "closed"
+        assert app.get_name() == "app"
+
+    run(main())
+
+
+async def _current_name() -> str | None:
+    current = PersistentTaskGroup.current()
+    return None if current is None else current.name
+
+
+def test_ptg_create_task_needs_a_running_loop() -> None:
+    """create_task outside a running loop raises RuntimeError and closes the coroutine."""
+    group = PersistentTaskGroup()
+    coro = asyncio.sleep(0)
+    with pytest.raises(RuntimeError, match="running event loop"):
+        group.create_task(coro)
+    assert coro.cr_frame is None  # closed
+
+
+# -- spawn_background: the managed background task pattern -----------------------------------
+
+
+def test_spawn_background_hands_work_to_the_owner() -> None:
+    """Work handed off by a short-lived handler outlives the handler, is awaited by the owner's
+    exit, and its failure reaches the owner's handler."""
+    log: list[str] = []
+    failures: list[str] = []
+
+    async def send_email(to: str) -> None:
+        await asyncio.sleep(0.02)
+        log.append(f"sent {to}")
+
+    async def handler(request: str) -> str:
+        spawn_background(send_email(request))
+        if request == "bad":
+            spawn_background(raise_after(0, Boom))
+        return f"ok {request}"
+
+    async def main() -> None:
+        async with PersistentTaskGroup(
+            name="app", exception_handler=lambda exc, task: failures.append(repr(exc))
+        ) as app:
+            responses = [await app.create_task(handler(r)) for r in ("a", "bad")]
+            assert responses == ["ok a", "ok bad"]
+            assert log == []  # the handlers returned before the background work ran
+        assert sorted(log) == ["sent a", "sent bad"]
+
+    run(main())
+    assert failures == ["Boom()"]
+
+
+def test_spawn_background_is_cancelled_at_owner_shutdown_and_needs_an_owner() -> None:
+    """Background work is cancelled by the owner's shutdown; with no owner, spawn_background
+    raises and closes the coroutine; an explicit group= works from anywhere on the loop."""
+    cancelled = []
+
+    async def forever() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    async def main() -> None:
+        coro = forever()
+        with pytest.raises(RuntimeError, match="no owner"):
+            spawn_background(coro)
+        assert coro.cr_frame is None
+        app = PersistentTaskGroup(name="app")
+        spawn_background(forever(), group=app)
+        await asyncio.sleep(0)
+        await app.shutdown()
+        with pytest.raises(ShutdownError):
+            spawn_background(forever(), group=app)
+
+    run(main())
+    assert cancelled == [True]
+
+
+def test_ptg_tasks_see_the_creators_context() -> None:
+    """Tasks copy their creator's context (plus the owning group), like asyncio's tasks."""
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+
+    async def read() -> str:
+        return var.get()
+
+    async def main() -> str:
+        var.set("request-42")
+        async with PersistentTaskGroup() as group:
+            t = group.create_task(read())
+        return t.result()
+
+    assert run(main()) == "request-42"
