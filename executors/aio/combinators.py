@@ -83,12 +83,20 @@ async def _supervise(children: list[asyncio.Future[Any]], mode: _Mode) -> Any:
     outcome_set = False
     outcome: Any = None
 
+    # Children we cancelled once the outcome was decided: an error they raise is a failure of
+    # their cleanup, always reported. A child that finished by itself after the decision just
+    # lost (race, race_ok) or is one more failure (try_join).
+    cancelled_by_us: set[int] = set()
+
     def stop() -> None:
         nonlocal stopping
         stopping = True
-        for child in children:
-            if not child.done():
+        for i, child in enumerate(children):
+            # Once per child: a second cancel() would interrupt the cleanup the first one
+            # started (the ordering property: cleanup completes before we return).
+            if i not in cancelled_by_us and not child.done():
                 child.cancel()
+                cancelled_by_us.add(i)
 
     try:
         while pending:
@@ -119,12 +127,10 @@ async def _supervise(children: list[asyncio.Future[Any]], mode: _Mode) -> Any:
                 continue
             error = child.exception()
             if error is None:
-                if not stopping:
-                    if mode in ("race", "race_ok"):
-                        outcome, outcome_set = child.result(), True
-                        stop()
-                    elif mode in ("join", "try_join") and not errors:
-                        pass  # collected at the end, in input order
+                # join/try_join collect results at the end, in input order.
+                if not stopping and mode in ("race", "race_ok"):
+                    outcome, outcome_set = child.result(), True
+                    stop()
                 continue
             if _is_fatal(error) or not isinstance(error, Exception):
                 if fatal is None and _is_fatal(error):
@@ -132,8 +138,10 @@ async def _supervise(children: list[asyncio.Future[Any]], mode: _Mode) -> Any:
                 errors.append((index, error))
                 stop()
                 continue
-            if stopping:
+            if index in cancelled_by_us:
                 errors.append((index, error))  # raised during its cancellation: reported
+            elif stopping and mode in ("race", "race_ok"):
+                pass  # finished after the winner: it lost
             elif mode == "race_ok":
                 attempts.append((index, error))
             elif mode == "join":

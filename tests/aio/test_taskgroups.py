@@ -548,10 +548,9 @@ def test_ptg_memory_flat_over_many_tasks() -> None:
                 refs.append(weakref.ref(exc))
                 raise exc
 
-        for i in range(5000):
-            group.create_task(maybe_fail(i))
-        while group.statistics().running:
-            await asyncio.sleep(0.001)
+        tasks = [group.create_task(maybe_fail(i)) for i in range(5000)]
+        await asyncio.wait(tasks)
+        del tasks  # ours were the last references to the tasks (and their exceptions)
         assert len(group._tasks) == 0
         gc.collect()
         assert sum(ref() is not None for ref in refs) == 0
