@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import itertools
 import random
 from collections import deque
+from collections.abc import Sequence
 from typing import Final, Generic, TypeVar, final
 
 from executors.errors import ChannelClosed, WouldBlock
@@ -196,6 +198,9 @@ class Closed(Generic[T_co]):
 SelectResult = SendResult[object] | GetResult[object] | Closed[object]
 
 _Op = Send[object] | Get[object]
+
+# Up to this many cases, a Select caches all permutations of its cases (4! = 24 tuples).
+_MAX_CACHED_PERMUTATIONS_OF = 4
 
 
 # --------------------------------------------------------------------------------------------
@@ -617,13 +622,16 @@ class Select:
         'from a'
     """
 
-    __slots__ = ("_operations", "_ordered")
+    __slots__ = ("_operations", "_ordered", "_orders")
 
     def __init__(self, *operations: _Op, ordered: bool = False) -> None:
         if not isinstance(ordered, bool):
             raise TypeError("Select: ordered must be a bool")
         self._ordered = ordered
         self._operations: dict[_Op, None] = {}
+        # Poll orders to draw from: every permutation for a small random select (drawing one
+        # is much cheaper than random.sample per call), or the one add order when ordered.
+        self._orders: tuple[tuple[_Op, ...], ...] | None = None
         for op in operations:
             self.add(op)
 
@@ -653,6 +661,7 @@ class Select:
         if operation in self._operations:
             raise ValueError(f"Select: operation {operation!r} is already in this select")
         self._operations[operation] = None
+        self._orders = None
 
     def remove(self, operation: _Op) -> None:
         """Remove `operation`; later calls never complete it.
@@ -664,6 +673,7 @@ class Select:
             del self._operations[operation]
         except KeyError:
             raise ValueError(f"Select: operation {operation!r} is not in this select") from None
+        self._orders = None
 
     def __repr__(self) -> str:
         mode = " ordered" if self._ordered else ""
@@ -677,15 +687,26 @@ class Select:
 
         Raises ValueError (no operations) or ChannelClosed (all ignored and closed).
         """
-        operations = self._operations
-        if not operations:
-            raise ValueError("select with no operations can never complete")
-        if self._ordered or len(operations) == 1:
-            order: list[_Op] = list(operations)
+        orders = self._orders
+        if orders is None:
+            operations = tuple(self._operations)
+            if not operations:
+                raise ValueError("select with no operations can never complete")
+            if self._ordered or len(operations) == 1:
+                orders = (operations,)
+            elif len(operations) <= _MAX_CACHED_PERMUTATIONS_OF:
+                orders = tuple(itertools.permutations(operations))
+            else:
+                orders = ()
+            self._orders = orders
+        # A uniformly random permutation, then the first ready case: uniform among the ready
+        # (Go's pollorder). A random starting offset would favour cases after unready ones.
+        if len(orders) == 1:
+            order: Sequence[_Op] = orders[0]
+        elif orders:
+            order = orders[int(random.random() * len(orders))]
         else:
-            # A uniform shuffle, then the first ready one: uniform among the ready (Go's
-            # pollorder). A random starting offset would favour cases that follow unready ones.
-            order = random.sample(list(operations), len(operations))
+            order = random.sample(tuple(self._operations), len(self._operations))
         open_case = False
         for op in order:
             channel = op._channel
