@@ -43,6 +43,20 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return status
 
 
+def _add_supervise(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from . import _coordinator_cli
+
+    supervise = sub.add_parser(
+        "supervise",
+        help="run a process under test with profilers on its pid; stop them in order",
+        description=_coordinator_cli.DESCRIPTION,
+        epilog=_coordinator_cli.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _coordinator_cli.add_arguments(supervise)
+    supervise.set_defaults(func=_coordinator_cli.run, supervise_parser=supervise)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="executors", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -51,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("areas", nargs="*", help="areas to run (default: all)")
     bench.add_argument("--quick", action="store_true", help="one round each, to check they work")
     bench.set_defaults(func=_cmd_bench)
+    _add_supervise(sub)
     return parser
 
 
