@@ -265,10 +265,13 @@ class _Registration:
             self.claim(Closed(self.channel, op))
         else:
             # An ignored case of a closed channel can never fire (Go's nil channel); it is
-            # dropped. If it was the select's last case on an open channel, the select can never
-            # complete: wake it to raise ChannelClosed rather than hang forever.
+            # dropped. If every case of the select is now an ignored case of a closed channel,
+            # the select can never complete: wake it to raise ChannelClosed rather than hang.
+            # (A case that is not ignored, on this or another closed channel, is claimed with
+            # Closed by its own channel's close(), possibly later in this same call.)
             assert self.group is not None
-            if all(reg.channel._closed for reg in self.group):
+            if all(reg.channel._closed and reg.op is not None and reg.op.ignore_on_closed
+                   for reg in self.group):
                 self.claim(_ALL_CLOSED)
 
     def __repr__(self) -> str:

@@ -370,6 +370,22 @@ def test_all_ignored_and_closed_select_raises_channel_closed() -> None:
     run(main)
 
 
+def test_close_reports_closed_for_the_case_not_ignored() -> None:
+    """A parked select with an ignored Get and a non-ignored Send on one channel: close()
+    reports Closed for the Send (it does not raise ChannelClosed for the whole select)."""
+
+    async def main() -> None:
+        c: Channel[int] = Channel()
+        send = Send(c, 1)
+        task = asyncio.create_task(select(Get(c, ignore_on_closed=True), send))
+        await wait_until(lambda: c.statistics().waiting_getters == 1)
+        c.close()
+        assert await task == Closed(c, send)
+        assert_idle(c)
+
+    run(main)
+
+
 def test_ignored_case_is_never_chosen_once_closed() -> None:
     """An ignore_on_closed Get on a closed channel is never chosen; the other case wins."""
 
