@@ -49,6 +49,13 @@ __all__ = (
 #   A value handed back by a cancelled getter goes to the next getter, or to the head of the
 #   buffer, which may then hold more than `size` values for a while (never refused: the send that
 #   produced it has already returned, so it must be received).
+#
+# For other kinds of waiters (the bridge's thread waiters), the task paths below are the model:
+# on the loop thread, try `_take`/`_offer` (or `Select._poll`); else park with `Channel._park`
+# (or `Select._park`) and a `Waiter`; a waiter that gives up calls `_leave_get`/`_leave_send`
+# (or `Select._leave`) with what it received, `_NOTHING` if its try_wake never succeeded. A
+# waiter whose try_wake success completes the hand-off (resumes_on_loop False) never gives up
+# after receiving, so nothing is handed back for it.
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import random
+import sys
 import time
 from collections.abc import Callable, Coroutine
 from typing import TypeVar
@@ -884,3 +885,36 @@ def test_deferred_cancellation_keeps_cancel_count() -> None:
         assert counts == [1]
 
     run(main)
+
+
+def test_deferred_cancellation_at_end_of_timeout_block() -> None:
+    """A send completed in the hand-off window as the last statement of an asyncio.timeout
+    block: the block exits normally; on 3.13 nothing is pending after it, while on 3.11/3.12
+    the deferred cancellation fires at the next await (documented limitation: uncancel() only
+    clears a pending cancellation from 3.13)."""
+
+    async def main() -> list[str]:
+        ch: Channel[int] = Channel()
+        scopes: list[asyncio.Timeout] = []
+        log: list[str] = []
+
+        async def sender() -> None:
+            async with asyncio.timeout(10) as scope:
+                scopes.append(scope)
+                await ch.send(1)
+            log.append("block exited")
+            try:
+                await asyncio.sleep(0)
+                log.append("nothing pending")
+            except asyncio.CancelledError:
+                log.append("cancelled later")
+
+        task = asyncio.create_task(sender())
+        await wait_until(lambda: ch.statistics().waiting_senders == 1)
+        scopes[0].reschedule(asyncio.get_running_loop().time() - 1)
+        assert ch.get_nowait() == 1
+        await task
+        return log
+
+    expected = "nothing pending" if sys.version_info >= (3, 13) else "cancelled later"
+    assert run(main) == ["block exited", expected]
