@@ -419,7 +419,9 @@ class PersistentTaskGroup:
         self._handler = exception_handler
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._idle: asyncio.Future[None] | None = None
+        # Whoever waits for the group to empty (exit, shutdown, several at once): released
+        # together when the last task finishes.
+        self._idle: list[asyncio.Future[None]] = []
         self._entered = False
         self._parent: asyncio.Task[Any] | None = None
         self._parent_cancel_requested = False
@@ -534,10 +536,8 @@ class PersistentTaskGroup:
     def _on_task_done(self, task: asyncio.Task[Any]) -> None:
         # Atomic section (a done-callback): count, report, forget.
         self._tasks.discard(task)
-        if not self._tasks:
-            idle = self._idle
-            if idle is not None and not idle.done():
-                idle.set_result(None)
+        if not self._tasks and self._idle:
+            self._release_idle()
         if task.cancelled():
             self._cancelled += 1
             return
@@ -588,10 +588,8 @@ class PersistentTaskGroup:
 
     def _on_handler_done(self, handler_task: asyncio.Task[Any], task: asyncio.Task[Any]) -> None:
         self._tasks.discard(handler_task)
-        if not self._tasks:
-            idle = self._idle
-            if idle is not None and not idle.done():
-                idle.set_result(None)
+        if not self._tasks and self._idle:
+            self._release_idle()
         if handler_task.cancelled():
             return
         error = handler_task.exception()
@@ -633,15 +631,22 @@ class PersistentTaskGroup:
         loop = self._loop
         while self._tasks:
             assert loop is not None
-            self._idle = loop.create_future()
+            idle: asyncio.Future[None] = loop.create_future()
+            self._idle.append(idle)
             try:
-                await self._idle
+                await idle
             except asyncio.CancelledError as exc:
                 cancelled = exc
                 self._begin_shutdown()
             finally:
-                self._idle = None
+                if idle in self._idle:
+                    self._idle.remove(idle)
         return cancelled
+
+    def _release_idle(self) -> None:
+        waiters, self._idle = self._idle, []
+        for idle in waiters:
+            _release(idle)
 
     # ASYNC109: a grace period, not a deadline for the call; `asyncio.timeout` around it would
     # cancel the wait half-way instead of cancelling the tasks.
@@ -668,10 +673,20 @@ class PersistentTaskGroup:
         self._closed = True
         cancelled: BaseException | None = None
         if timeout and self._tasks and not self._shutting_down:
+            # The grace period: one future and one timer, not a callback on every task.
+            loop = self._loop
+            assert loop is not None
+            idle: asyncio.Future[None] = loop.create_future()
+            self._idle.append(idle)
+            timer = loop.call_later(timeout, _release, idle)
             try:
-                await asyncio.wait(list(self._tasks), timeout=timeout)
+                await idle
             except asyncio.CancelledError as exc:
                 cancelled = exc
+            finally:
+                timer.cancel()
+                if idle in self._idle:
+                    self._idle.remove(idle)
         self._begin_shutdown()
         late_cancel = await self._wait_idle()
         cancelled = cancelled or late_cancel
@@ -738,6 +753,11 @@ class PersistentTaskGroup:
                     _current_group.reset(token)
                 except ValueError:  # exited in another context than entered: nothing to undo
                     pass
+
+
+def _release(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 async def _await(awaitable: Awaitable[T]) -> T:

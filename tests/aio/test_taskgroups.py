@@ -692,3 +692,19 @@ def test_ptg_tasks_see_the_creators_context() -> None:
         return t.result()
 
     assert run(main()) == "request-42"
+
+
+def test_ptg_concurrent_shutdowns_all_return() -> None:
+    """Several tasks awaiting shutdown() at once (one with a grace period) all return once the
+    last task has finished."""
+
+    async def main() -> None:
+        group = PersistentTaskGroup()
+        for _ in range(3):
+            group.create_task(asyncio.sleep(0.02))
+        closers = [asyncio.create_task(group.shutdown(timeout=t)) for t in (None, 5, None)]
+        async with asyncio.timeout(5):
+            await asyncio.gather(*closers)
+        assert group.statistics().running == 0
+
+    run(main())
