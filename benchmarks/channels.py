@@ -125,7 +125,7 @@ def asyncio_queue(n: int) -> Sample:
 
 def aiochannel_channel(n: int) -> Sample:
     async def body() -> float:
-        ch = aiochannel.Channel(1)
+        ch: aiochannel.Channel[int] = aiochannel.Channel(1)
 
         async def produce() -> None:
             put = ch.put

@@ -8,6 +8,7 @@ from .channels import ChannelStatistics as ChannelStatistics
 from .channels import Closed as Closed
 from .channels import Get as Get
 from .channels import GetResult as GetResult
+from .channels import Operation as Operation
 from .channels import Select as Select
 from .channels import SelectResult as SelectResult
 from .channels import Send as Send
@@ -40,6 +41,7 @@ __all__ = (
     "LockStatistics",
     "Channel",
     "ChannelStatistics",
+    "Operation",
     "Send",
     "Get",
     "Select",

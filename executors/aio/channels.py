@@ -19,6 +19,7 @@ from ._waiters import TaskWaiter, Waiter, WaiterQueue
 __all__ = (
     "Channel",
     "ChannelStatistics",
+    "Operation",
     "Send",
     "Get",
     "Select",
@@ -81,8 +82,19 @@ _ALL_CLOSED = _Marker.ALL_CLOSED
 # Operations and results
 
 
+class Operation:
+    """The base class of `Send` and `Get`: one case of a `Select`.
+
+    It is not generic, so a `Select` takes cases over channels of different value types, and a
+    list of cases can be typed ``list[Operation]``. Not meant to be subclassed outside this
+    module.
+    """
+
+    __slots__ = ()
+
+
 @final
-class Send(Generic[T_co]):
+class Send(Operation, Generic[T_co]):
     """A send of `value` on `channel`, as one case of a `Select`.
 
     The value is fixed when the operation is built (Go evaluates a send case's value once per
@@ -131,7 +143,7 @@ class Send(Generic[T_co]):
 
 
 @final
-class Get(Generic[T_co]):
+class Get(Operation, Generic[T_co]):
     """A get from `channel`, as one case of a `Select`.
 
     With ``ignore_on_closed=True`` the operation is never chosen once its channel is closed and
@@ -204,6 +216,7 @@ class Closed(Generic[T_co]):
 #: What `Select.select()` returns: exactly one completed operation.
 SelectResult = SendResult[object] | GetResult[object] | Closed[object]
 
+# What a Select holds: every Operation is a Send or a Get (Operation is not subclassed).
 _Op = Send[object] | Get[object]
 
 # Up to this many cases, a Select caches all permutations of its cases (4! = 24 tuples).
@@ -634,7 +647,7 @@ class Select:
 
     __slots__ = ("_operations", "_ordered", "_orders")
 
-    def __init__(self, *operations: _Op, ordered: bool = False) -> None:
+    def __init__(self, *operations: Operation, ordered: bool = False) -> None:
         if not isinstance(ordered, bool):
             raise TypeError("Select: ordered must be a bool")
         self._ordered = ordered
@@ -657,7 +670,7 @@ class Select:
     def __len__(self) -> int:
         return len(self._operations)
 
-    def add(self, operation: _Op) -> None:
+    def add(self, operation: Operation) -> None:
         """Add `operation` (a `Send` or `Get`) for the next call.
 
         Raises:
@@ -673,14 +686,14 @@ class Select:
         self._operations[operation] = None
         self._orders = None
 
-    def remove(self, operation: _Op) -> None:
+    def remove(self, operation: Operation) -> None:
         """Remove `operation`; later calls never complete it.
 
         Raises:
             ValueError: `operation` is not in this select.
         """
         try:
-            del self._operations[operation]
+            del self._operations[operation]  # type: ignore[arg-type]  # any key: KeyError
         except KeyError:
             raise ValueError(f"Select: operation {operation!r} is not in this select") from None
         self._orders = None
@@ -822,7 +835,7 @@ class Select:
         return payload  # type: ignore[return-value]
 
 
-async def select(*operations: _Op, ordered: bool = False) -> SelectResult:
+async def select(*operations: Operation, ordered: bool = False) -> SelectResult:
     """Complete exactly one of `operations`: the one-shot form of ``Select(...).select()``.
 
     Example:

@@ -8,7 +8,7 @@ import random
 import sys
 import time
 from collections.abc import Callable, Coroutine
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import settings
@@ -45,7 +45,7 @@ async def wait_until(cond: Callable[[], bool], steps: int = 10_000) -> None:
     raise AssertionError("condition not reached")
 
 
-def assert_idle(*channels: Channel[object]) -> None:
+def assert_idle(*channels: Channel[Any]) -> None:
     """No registration is left in any wait queue."""
     for ch in channels:
         stats = ch.statistics()
@@ -95,7 +95,7 @@ def test_introspection() -> None:
     )
     assert repr(ch) == "<Channel size=2 buffered=1 senders=0 getters=0 open>"
     ch.close()
-    assert ch.closed and "closed" in repr(ch)
+    assert ch.statistics().closed and "closed" in repr(ch)
     sel = Select(Get(ch), ordered=True)
     assert repr(sel) == "<Select operations=1 ordered>" and len(sel) == 1 and sel.ordered
 
