@@ -7,7 +7,7 @@ Measures, interleaved round by round (the harness's rule: ratios, never lone abs
 - the same with a buffer of one (ours, trio, anyio, ``asyncio.Queue(maxsize=1)``,
   ``aiochannel.Channel(1)``);
 - select under contention: k producer tasks each send on their own unbuffered channel and one
-  consumer runs ``select(Get(c1), ..., Get(ck))`` for k = 2 and 4. No peer has a select (trio
+  consumer runs ``select(Get(c1), ..., Get(ck))`` for k = 2, 4 and 8. No peer has a select (trio
   #242); the floor beside it is the same k producers sending on one shared channel and a plain
   ``get()``, so the gap is the cost of the select itself.
 
@@ -213,7 +213,7 @@ def metrics(quick: bool) -> list[Metric]:
         Metric("size-1 producer->consumer", "msgs/s", "higher", buffered,
                note="buffer of one; asyncio.Queue(maxsize=1), aiochannel.Channel(1)"),
     ]
-    for k in (2, 4):
+    for k in (2, 4, 8):
         result.append(Metric(
             f"select over {k} channels, {k} producers", "msgs/s", "higher",
             {OURS: select_contended(k, n), FLOOR: shared_channel_floor(k, n)},

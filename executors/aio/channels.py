@@ -249,6 +249,7 @@ class _Registration:
         # The select's registrations (all sharing `waiter`); None for a plain operation.
         self.group: tuple[_Registration, ...] | None = None
 
+    @atomic
     def claim(self, payload: object) -> bool:
         """try_wake the waiter with `payload`; on success drop the select's other registrations."""
         if not self.waiter.try_wake(payload):
@@ -263,6 +264,7 @@ class _Registration:
                     other.queue.discard(other)
         return True
 
+    @atomic
     def claim_sent(self) -> bool:
         op = self.op
         if op is None:
@@ -270,6 +272,7 @@ class _Registration:
         assert isinstance(op, Send)
         return self.claim(SendResult(self.channel, op))
 
+    @atomic
     def claim_value(self, value: object) -> bool:
         op = self.op
         if op is None:
@@ -277,6 +280,7 @@ class _Registration:
         assert isinstance(op, Get)
         return self.claim(GetResult(self.channel, op, value))
 
+    @atomic
     def claim_closed(self) -> None:
         op = self.op
         if op is None:
@@ -298,6 +302,7 @@ class _Registration:
         return f"<_Registration op={self.op!r} waiter={self.waiter!r}>"
 
 
+@atomic
 def _defer_cancellation(exc: asyncio.CancelledError) -> None:
     """Re-request a cancellation that arrived after an operation's point of no return.
 
@@ -670,6 +675,7 @@ class Select:
     def __len__(self) -> int:
         return len(self._operations)
 
+    @atomic
     def add(self, operation: Operation) -> None:
         """Add `operation` (a `Send` or `Get`) for the next call.
 
@@ -686,6 +692,7 @@ class Select:
         self._operations[operation] = None
         self._orders = None
 
+    @atomic
     def remove(self, operation: Operation) -> None:
         """Remove `operation`; later calls never complete it.
 

@@ -27,6 +27,7 @@ from executors.aio import (
     SendResult,
     select,
 )
+from executors.aio.channels import _defer_cancellation, _Registration
 from executors.errors import ChannelClosed, WouldBlock
 
 T = TypeVar("T")
@@ -111,7 +112,9 @@ def test_state_changes_are_marked_atomic() -> None:
     """Every state-changing function of the channel module carries the atomic mark."""
     for fn in (Channel.send_nowait, Channel.get_nowait, Channel.close, Channel._take,
                Channel._offer, Channel._put_back, Channel._leave_get, Channel._leave_send,
-               Select._poll, Select._park, Select._leave):
+               Select._poll, Select._park, Select._leave, Select.add, Select.remove,
+               _Registration.claim, _Registration.claim_sent, _Registration.claim_value,
+               _Registration.claim_closed, _defer_cancellation):
         assert getattr(fn, "__executors_atomic__", False), fn
 
 
