@@ -520,10 +520,18 @@ class PersistentTaskGroup:
                 raise RuntimeError(f"{self!r} is bound to another event loop")
             self._loop = loop
         if context is None:
-            context = contextvars.copy_context()
-        if context.get(_current_group) is not self:
-            context.run(_current_group.set, self)
-        task = loop.create_task(coro, name=name, context=context)
+            if _current_group.get() is self:
+                # The common case (inside our block, or one of our tasks spawning): the task's
+                # own copy of the current context already names us; let asyncio copy it.
+                task = loop.create_task(coro, name=name)
+            else:
+                context = contextvars.copy_context()
+                context.run(_current_group.set, self)
+                task = loop.create_task(coro, name=name, context=context)
+        else:
+            if context.get(_current_group) is not self:
+                context.run(_current_group.set, self)
+            task = loop.create_task(coro, name=name, context=context)
         self._spawned += 1
         if task.done():
             # Completed eagerly (3.12+ eager_task_factory): account for it without a callback.
