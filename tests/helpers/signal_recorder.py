@@ -57,16 +57,18 @@ def handler(signum: int, frame: object) -> None:
     os.kill(os.getpid(), signum)
 
 
-for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCONT, signal.SIGUSR1):
-    signal.signal(sig, handler)
-
-record(f"start {os.getpid()} {os.getppid()} {os.getpgid(0)}")
-record("argv " + json.dumps(sys.argv[1:]))
+# Read before installing handlers: a handler would hide an inherited SIG_IGN.
 status = {}
 with open("/proc/self/status") as f:
     for line in f:
         key, _, value = line.partition(":")
         status[key] = value.strip()
+
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCONT, signal.SIGUSR1):
+    signal.signal(sig, handler)
+
+record(f"start {os.getpid()} {os.getppid()} {os.getpgid(0)}")
+record("argv " + json.dumps(sys.argv[1:]))
 record(f"status {status['SigBlk']} {status['SigIgn']} {os.readlink('/proc/self/fd/0')}")
 
 try:
