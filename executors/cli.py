@@ -3,26 +3,24 @@
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 __all__ = ("main",)
 
-# The benchmarks live beside the package in a source checkout (they import the peers, which are
-# not runtime dependencies); the command runs them from there.
-BENCHMARKS_DIR = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def _bench_areas() -> list[str]:
-    if not BENCHMARKS_DIR.is_dir():
-        return []
-    return sorted(p.stem for p in BENCHMARKS_DIR.glob("*.py") if not p.stem.startswith("_"))
-
-
 def _cmd_bench(args: argparse.Namespace) -> int:
-    available = _bench_areas()
+    from . import _bench
+
+    if args.render:
+        if args.areas or args.quick:
+            print("executors bench: --render takes no areas and no --quick; it re-renders "
+                  "every results file", file=sys.stderr)
+            return 2
+        written = _bench.render_all()
+        print(f"executors bench: rendered {len(written)} file(s) into "
+              f"{_bench.DOCS_BENCH_DIR}", file=sys.stderr)
+        return 0
+    available = _bench.areas()
     if not available:
         print("executors bench: no benchmarks/ directory beside the package; "
               "run it from a source checkout", file=sys.stderr)
@@ -33,14 +31,18 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         print(f"executors bench: unknown area(s) {', '.join(unknown)}; "
               f"choose from {', '.join(available)}", file=sys.stderr)
         return 2
-    status = 0
-    for index, area in enumerate(areas, 1):
-        print(f"[{index}/{len(areas)}] benchmark {area}", file=sys.stderr, flush=True)
-        cmd = [sys.executable, "-m", f"benchmarks.{area}"]
-        if args.quick:
-            cmd.append("--quick")
-        status |= subprocess.call(cmd, cwd=BENCHMARKS_DIR.parent)
-    return status
+    # A quick run checks that the benchmarks work; its numbers must not replace a full run's.
+    write = not args.quick or args.write
+    runs = _bench.run_areas(areas, quick=args.quick, write=write)
+    failed = [run.area for run in runs if run.returncode != 0]
+    if write and not args.no_render:
+        written = _bench.render_all()
+        print(f"executors bench: results in {_bench.RESULTS_DIR}; {len(written)} docs file(s) "
+              f"rendered into {_bench.DOCS_BENCH_DIR}", file=sys.stderr)
+    if failed:
+        print(f"executors bench: failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _add_supervise(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -63,7 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="run benchmarks: ours beside the peers, same run")
     bench.add_argument("areas", nargs="*", help="areas to run (default: all)")
-    bench.add_argument("--quick", action="store_true", help="one round each, to check they work")
+    bench.add_argument("--quick", action="store_true",
+                       help="one round each, to check they work (writes no results unless --write)")
+    bench.add_argument("--write", action="store_true",
+                       help="with --quick: write the results files anyway")
+    bench.add_argument("--render", action="store_true",
+                       help="measure nothing: re-render the docs' benchmark pages and charts "
+                       "from benchmarks/results/*.json")
+    bench.add_argument("--no-render", action="store_true",
+                       help="after measuring, leave the docs' benchmark pages as they are")
     bench.set_defaults(func=_cmd_bench)
     _add_supervise(sub)
     return parser

@@ -1,0 +1,131 @@
+"""The `executors` command: `bench` runs areas with progress and renders the docs' reports."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from executors import _bench, cli
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _result(area: str = "toy", *, quick: bool = False) -> dict[str, object]:
+    """A results file as benchmarks/_harness.py writes it."""
+    return {
+        "area": area, "quick": quick, "rounds": 3, "python": "3.11.7", "machine": "x86_64",
+        "started": 1_795_000_000.0, "seconds": 12.5,
+        "metrics": [
+            {"name": "hand-off", "unit": "ms", "better": "lower", "note": "one producer",
+             "floor": "floor", "medians": {"executors": 0.2, "peer-a": 2.0, "floor": 0.1},
+             "samples": {"executors": [0.2, 0.25, 0.19], "peer-a": [2.0, 2.2, 1.9],
+                         "floor": [0.1, 0.1, 0.11]},
+             "unavailable": ["peer-b"], "best_peer": "peer-a", "advantage_over_best_peer": 10.0},
+            {"name": "idle wake-ups", "unit": "1/s", "better": "lower", "note": "",
+             "floor": None, "medians": {"peer-a": 2.0, "executors": 0.0},
+             "samples": {"peer-a": [2.0], "executors": [0.0]}, "unavailable": [],
+             "best_peer": "peer-a", "advantage_over_best_peer": float("inf")},
+        ],
+    }
+
+
+def test_render_writes_a_page_and_a_chart_per_area(tmp_path: Path) -> None:
+    """Each results file becomes a page (ours first, ratio column second) and a PNG chart."""
+    results, out = tmp_path / "results", tmp_path / "docs"
+    results.mkdir()
+    (results / "toy.json").write_text(json.dumps(_result()))
+    written = _bench.render_all(results, out)
+    assert {p.name for p in written} == {"toy.md", "toy.png", "index.md"}
+    page = (out / "toy.md").read_text()
+    header = next(line for line in page.splitlines() if line.startswith("| metric"))
+    assert header == "| metric | advantage | executors | peer-a | peer-b | floor |"
+    row = ("| hand-off (ms, lower is better) | **10.0x** vs peer-a | **0.200** | 2.000 | "
+           "unavailable | 0.100 |")
+    assert row in page
+    assert "**∞x** vs peer-a" in page
+    assert "![toy: ours beside the peers](toy.png)" in page
+    assert "full run, 3 round(s), Python 3.11.7" in page
+    assert (out / "toy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    index = (out / "index.md").read_text()
+    assert "| [toy](toy.md) | hand-off (ms) | **10.0x** vs peer-a | full, Python 3.11.7 |" in index
+
+
+def test_render_removes_pages_of_areas_without_results(tmp_path: Path) -> None:
+    """A page whose results file is gone is deleted, so the docs never show a stale area."""
+    results, out = tmp_path / "results", tmp_path / "docs"
+    results.mkdir()
+    out.mkdir()
+    (out / "old.md").write_text("# old\n")
+    (out / "old.png").write_bytes(b"x")
+    (results / "toy.json").write_text(json.dumps(_result()))
+    _bench.render_all(results, out, charts=False)
+    assert sorted(p.name for p in out.iterdir()) == ["index.md", "toy.md"]
+
+
+def test_committed_benchmark_pages_match_the_results() -> None:
+    """docs/content/benchmarks has a page and a chart for every committed results file."""
+    areas = sorted(p.stem for p in _bench.RESULTS_DIR.glob("*.json"))
+    pages = {p.stem for p in _bench.DOCS_BENCH_DIR.glob("*.md")} - {"index"}
+    charts = {p.stem for p in _bench.DOCS_BENCH_DIR.glob("*.png")}
+    missing = [a for a in areas if a not in pages or a not in charts]
+    assert not missing, f"run `executors bench --render` for: {', '.join(missing)}"
+
+
+FAKE_AREA = textwrap.dedent("""
+    import sys
+    for name in ("first metric", "second metric"):
+        print(f"[fake] {name} ...", file=sys.stderr, flush=True)
+    print("a warning the area wants seen", file=sys.stderr)
+    print("| metric | advantage | executors |")
+""")
+
+
+def test_run_areas_reports_progress_and_passes_tables_through(tmp_path: Path) -> None:
+    """Progress lines become plain progress on a non-terminal; the table reaches stdout."""
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "__init__.py").write_text("")
+    (tmp_path / "benchmarks" / "fake.py").write_text(FAKE_AREA)
+    (tmp_path / "benchmarks" / "broken.py").write_text("raise SystemExit(3)\n")
+    out, err = io.StringIO(), io.StringIO()
+    runs = _bench.run_areas(["fake", "broken"], quick=True, write=False, root=tmp_path,
+                            stdout=out, stderr=err)
+    assert [(r.area, r.returncode, r.metrics_done) for r in runs] == [
+        ("fake", 0, 2), ("broken", 3, 0)]
+    assert out.getvalue() == "| metric | advantage | executors |\n"
+    log = err.getvalue()
+    assert "[1/2] fake: first metric" in log and "[1/2] fake: second metric" in log
+    assert "a warning the area wants seen" in log
+    assert "[1/2] fake: ok, 2 metrics" in log
+    assert "[2/2] broken: FAILED (exit 3)" in log
+
+
+def test_bench_refuses_unknown_areas(capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown area is refused with exit code 2 and the list of areas to choose from."""
+    assert cli.main(["bench", "no-such-area"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown area(s) no-such-area" in err and "periodic" in err
+
+
+def test_bench_render_takes_no_areas(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--render` re-renders everything; combining it with areas is an error, not a guess."""
+    assert cli.main(["bench", "--render", "periodic"]) == 2
+    assert "--render takes no areas" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(120)
+def test_bench_quick_from_the_command_line() -> None:
+    """`executors bench <area> --quick` runs the real area, prints its table, writes nothing."""
+    area = "taskgroups" if "taskgroups" in _bench.areas() else _bench.areas()[0]
+    before = {p: p.stat().st_mtime_ns for p in _bench.RESULTS_DIR.glob("*.json")}
+    proc = subprocess.run([sys.executable, "-m", "executors", "bench", area, "--quick"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=110, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| metric | advantage | executors" in proc.stdout
+    assert f"[1/1] {area}: ok" in proc.stderr
+    assert {p: p.stat().st_mtime_ns for p in _bench.RESULTS_DIR.glob("*.json")} == before

@@ -1,0 +1,284 @@
+"""The documentation site builds strictly, has no broken links, and renders in a real browser.
+
+The browser checks use Debian's chromium in headless mode (`--dump-dom`, `--screenshot`) against
+the built site served on a loopback port: no DevTools protocol, no extra Python package.
+"""
+
+from __future__ import annotations
+
+import functools
+import html.parser
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+CONTENT = DOCS / "content"
+
+# Where Debian puts chromium; `.ci/run` installs it (apt-get install chromium) when absent.
+CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "chromium", "chromium-browser")
+CHROMIUM_FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-dev-shm-usage", "--hide-scrollbars",
+)
+
+
+def _public_modules() -> list[str]:
+    names = []
+    for package in ("executors", "integrations"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            if not any(p.startswith("_") for p in parts) and ".".join(parts) != "executors.cli":
+                names.append(".".join(parts))
+    return names
+
+
+# -- building ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site, built with `mkdocs build --strict` into a temporary directory."""
+    pytest.importorskip("mkdocs", reason="the docs extra is not installed (pip install '.[docs]')")
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(DOCS / "mkdocs.yml"),
+         "-d", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=150, check=False, env=env,
+    )
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stderr[-5000:]}"
+    return out
+
+
+@pytest.mark.timeout(180)
+def test_every_page_is_built(site: Path) -> None:
+    """Every Markdown page and one API reference page per public module end up in the site."""
+    for page in CONTENT.rglob("*.md"):
+        rel = page.relative_to(CONTENT).with_suffix("")
+        built = site / ("index.html" if rel.name == "index" and rel.parent == Path()
+                        else rel.parent / "index.html" if rel.name == "index"
+                        else rel / "index.html")
+        assert built.is_file(), f"{page.relative_to(ROOT)} was not built"
+    for module in _public_modules():
+        page = site / "reference" / module / "index.html"
+        assert page.is_file(), f"no API reference page for {module}"
+        assert f'id="{module}"' in page.read_text(), f"{module}'s reference page is empty"
+
+
+class _Page(html.parser.HTMLParser):
+    """The links and anchors of one HTML page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[str] = []
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        for key in ("id", "name") if tag == "a" else ("id",):
+            if values.get(key):
+                self.ids.add(str(values[key]))
+        attr = {"a": "href", "link": "href", "img": "src", "script": "src",
+                "iframe": "src", "source": "src"}.get(tag)
+        if attr and values.get(attr):
+            self.links.append(str(values[attr]))
+
+
+def _parse(path: Path) -> _Page:
+    page = _Page()
+    page.feed(path.read_text(errors="replace"))
+    return page
+
+
+def _target(site: Path, url_path: str) -> Path:
+    path = site / urllib.parse.unquote(url_path).lstrip("/")
+    if url_path.endswith("/") or path.is_dir():
+        path = path / "index.html"
+    return path
+
+
+@pytest.mark.timeout(180)
+def test_no_broken_internal_links(site: Path) -> None:
+    """Every internal href/src of every page resolves to a file, and every #fragment to an id."""
+    pages = {p: _parse(p) for p in site.rglob("*.html")}
+    broken = []
+    checked = 0
+    for path, page in pages.items():
+        base = "http://site/" + path.relative_to(site).as_posix()
+        for link in page.links:
+            url = urllib.parse.urlsplit(urllib.parse.urljoin(base, link))
+            if url.scheme not in ("http", "https") or url.netloc != "site":
+                continue  # external: not fetched (the tests run offline)
+            target = _target(site, url.path)
+            checked += 1
+            if not target.is_file():
+                broken.append(f"{path.relative_to(site)}: {link} -> missing {url.path}")
+                continue
+            if url.fragment and target.suffix == ".html":
+                ids = pages[target].ids if target in pages else _parse(target).ids
+                if urllib.parse.unquote(url.fragment) not in ids:
+                    broken.append(f"{path.relative_to(site)}: {link} -> no #{url.fragment}")
+    assert checked > 100, f"only {checked} internal links found: is the site empty?"
+    assert not broken, "broken links:\n" + "\n".join(sorted(set(broken))[:50])
+
+
+# -- the browser ------------------------------------------------------------------------------
+
+
+def _chromium() -> str:
+    for candidate in CHROMIUM_CANDIDATES:
+        found = shutil.which(candidate)
+        if found:
+            return found
+    message = ("chromium is not installed (Debian: apt-get install chromium; .ci/run installs "
+               "it before the tests)")
+    if os.environ.get("EXECUTORS_REQUIRE_BROWSER"):
+        pytest.fail(message + ", and EXECUTORS_REQUIRE_BROWSER is set")
+    pytest.skip(message)
+
+
+class _Server:
+    """The built site on a loopback port; remembers every request and its status."""
+
+    def __init__(self, root: Path) -> None:
+        self.requests: list[tuple[str, int]] = []
+        served = self.requests
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+                served.append((urllib.parse.urlsplit(self.path).path, int(code)))
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass  # quiet: the test reports what matters
+
+        handler = functools.partial(Handler, directory=str(root))
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="docs-server",
+                                       daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def served(site: Path) -> Iterator[_Server]:
+    server = _Server(site)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def _browse(chromium: str, tmp_path: Path, url: str, *extra: str) -> str:
+    profile = tmp_path / f"profile-{len(list(tmp_path.iterdir()))}"
+    proc = subprocess.run(
+        [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=10000",
+         *extra, url],
+        capture_output=True, text=True, timeout=90, check=False,
+    )
+    assert proc.returncode == 0, f"chromium failed on {url}:\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+@pytest.mark.timeout(180)
+def test_index_renders_in_browser(served: _Server, tmp_path: Path) -> None:
+    """The home page renders with the theme, its navigation and its content."""
+    dom = _browse(_chromium(), tmp_path, served.url + "/", "--dump-dom")
+    assert "md-header" in dom and "md-nav" in dom, "the Material theme did not render"
+    assert "Background machinery for threaded Python programs" in dom
+    for section in ("Tutorial", "Design", "Comparison", "Benchmarks", "API reference"):
+        assert section in dom, f"the nav has no {section!r}"
+    failed = [(path, code) for path, code in served.requests if code >= 400]
+    assert not failed, f"the browser got errors: {failed}"
+
+
+@pytest.mark.timeout(180)
+def test_topic_page_renders_in_browser(served: _Server, tmp_path: Path) -> None:
+    """A topic page renders its headings and highlighted code, with every asset served."""
+    served.requests.clear()
+    dom = _browse(_chromium(), tmp_path, served.url + "/periodic/", "--dump-dom")
+    assert "The monitor pattern" in dom
+    assert 'class="highlight' in dom, "code blocks were not highlighted"
+    assert any(path.endswith(".js") for path, _ in served.requests), "no script was loaded"
+    failed = [(path, code) for path, code in served.requests if code >= 400]
+    assert not failed, f"the browser got errors: {failed}"
+
+
+CHECK_IMAGES = """<!doctype html><meta charset="utf-8"><title>charts</title>
+<body><script>
+const pages = %s;
+const results = [];
+let pending = pages.length;
+for (const page of pages) {
+  const frame = document.createElement("iframe");
+  frame.width = 1200; frame.height = 800;
+  frame.onload = () => {
+    for (const img of frame.contentDocument.images) {
+      results.push({page, src: img.getAttribute("src"), complete: img.complete,
+                    width: img.naturalWidth, height: img.naturalHeight});
+    }
+    if (--pending === 0) {
+      const out = document.createElement("pre");
+      out.id = "result";
+      out.textContent = JSON.stringify(results);
+      document.body.append(out);
+    }
+  };
+  frame.src = page;
+  document.body.append(frame);
+}
+</script></body>
+"""
+
+
+@pytest.mark.timeout(180)
+def test_benchmark_charts_load_in_browser(site: Path, served: _Server, tmp_path: Path) -> None:
+    """Every benchmark page's charts are fetched and decoded by the browser (non-zero size)."""
+    charts = sorted((CONTENT / "benchmarks").glob("*.png"))
+    if not charts:
+        pytest.skip("no benchmark charts rendered yet (executors bench --render)")
+    pages = [f"/benchmarks/{png.stem}/" for png in charts]
+    (site / "_check_images.html").write_text(CHECK_IMAGES % json.dumps(pages))
+    served.requests.clear()
+    dom = _browse(_chromium(), tmp_path, served.url + "/_check_images.html", "--dump-dom")
+    start, end = dom.find('<pre id="result">'), dom.find("</pre>")
+    assert start >= 0, f"the check page produced no result:\n{dom[-2000:]}"
+    images = json.loads(html.unescape(dom[start + len('<pre id="result">'):end]))
+    loaded = {(i["page"], i["src"]) for i in images if i["complete"] and i["width"] > 100}
+    for png in charts:
+        page = f"/benchmarks/{png.stem}/"
+        assert (page, f"../{png.name}") in loaded or any(
+            p == page and s.endswith(png.name) for p, s in loaded), f"{png.name} did not load"
+    fetched = {path for path, code in served.requests if code == 200}
+    assert {f"/benchmarks/{png.name}" for png in charts} <= fetched
+
+
+@pytest.mark.timeout(180)
+def test_benchmark_page_screenshot(served: _Server, tmp_path: Path) -> None:
+    """A screenshot of a benchmark page shows a rendered page, not a blank one."""
+    charts = sorted((CONTENT / "benchmarks").glob("*.png"))
+    if not charts:
+        pytest.skip("no benchmark charts rendered yet (executors bench --render)")
+    shot = tmp_path / "benchmark.png"
+    _browse(_chromium(), tmp_path, served.url + f"/benchmarks/{charts[0].stem}/",
+            f"--screenshot={shot}", "--window-size=1280,1600")
+    assert shot.is_file() and shot.stat().st_size > 20_000, "the screenshot is missing or blank"
+    image = pytest.importorskip("matplotlib.image")
+    pixels = image.imread(str(shot))
+    assert pixels.std() > 0.05, "the screenshot is a flat colour"
