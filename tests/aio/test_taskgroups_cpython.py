@@ -19,6 +19,9 @@ unexpected pass fail the suite, so the list cannot go stale):
   behaviour on every interpreter. No interpreter-level fix is involved: the old tests contradict
   the behaviour we promise.
 
+On 3.12 and 3.13 the whole suite runs a second time with ``asyncio.eager_task_factory`` on
+every loop (``TestCPythonTaskGroupEager``), with the same expected failures.
+
 None of the 3.13 tests needs an interpreter-level fix against ours. In particular
 ``test_nested_groups_both_cancelled`` (gh-116720) depends on 3.13's ``Task.uncancel()``
 clearing a pending cancellation for asyncio's own group; ours absorbs that stale cancellation
@@ -83,7 +86,29 @@ class _Patched:
             _stdlib.taskgroups, asyncio.TaskGroup = self._saved  # type: ignore[misc]
 
 
-def _make() -> type[unittest.TestCase]:
+class _EagerPolicy(asyncio.DefaultEventLoopPolicy):
+    """Every new loop gets the 3.12+ eager task factory (IsolatedAsyncioTestCase makes one per
+    test through the policy)."""
+
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        loop = super().new_event_loop()
+        loop.set_task_factory(asyncio.eager_task_factory)  # type: ignore[attr-defined]
+        return loop
+
+
+class _Eager:
+    """Mixin: runs each test on a loop with the eager task factory (checklist item 9: a child
+    that completes or fails inside create_task, gh-104144)."""
+
+    def run(self, result: Any = None) -> Any:
+        asyncio.set_event_loop_policy(_EagerPolicy())
+        try:
+            return super().run(result)  # type: ignore[misc]
+        finally:
+            asyncio.set_event_loop_policy(None)
+
+
+def _make(name: str, *mixins: type) -> type[unittest.TestCase]:
     assert _stdlib is not None
     base = _stdlib.TestTaskGroup
     namespace: dict[str, Any] = {
@@ -93,10 +118,12 @@ def _make() -> type[unittest.TestCase]:
     for attr in _EXPECTED_FAILURES:
         assert hasattr(base, attr), f"{attr} vanished from the stdlib suite: update the list"
         namespace[attr] = unittest.expectedFailure(getattr(base, attr))
-    return type("TestCPythonTaskGroup", (_Patched, base), namespace)
+    return type(name, (*mixins, _Patched, base), namespace)
 
 
-TestCPythonTaskGroup = _make()
+TestCPythonTaskGroup = _make("TestCPythonTaskGroup")
+if sys.version_info >= (3, 12):
+    TestCPythonTaskGroupEager = _make("TestCPythonTaskGroupEager", _Eager)
 
 
 def tearDownModule() -> None:
@@ -108,3 +135,13 @@ def test_suite_size() -> None:
     """The stdlib suite is the one we think it is (35 tests on 3.11/3.12, 39 on 3.13)."""
     names = unittest.defaultTestLoader.getTestCaseNames(TestCPythonTaskGroup)
     assert len(names) == (39 if sys.version_info >= (3, 13) else 35)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="eager_task_factory is new in 3.12")
+def test_eager_policy_installs_the_factory() -> None:
+    """The eager run really runs eagerly: loops from the policy carry eager_task_factory."""
+    loop = _EagerPolicy().new_event_loop()
+    try:
+        assert loop.get_task_factory() is asyncio.eager_task_factory  # type: ignore[attr-defined]
+    finally:
+        loop.close()
