@@ -617,6 +617,10 @@ class PersistentTaskGroup:
 
     def _begin_shutdown(self) -> None:
         self._closed = True
+        if self._shutting_down:
+            # Each task is cancelled once: a second cancel() (the caller cancelled again while
+            # it waits) would interrupt the cleanup the first one started.
+            return
         self._shutting_down = True
         for task in list(self._tasks):
             task.cancel()

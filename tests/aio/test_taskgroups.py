@@ -491,8 +491,8 @@ def test_ptg_shutdown_timeout_is_a_grace_period() -> None:
 
 
 def test_ptg_caller_cancelled_during_shutdown_still_waits() -> None:
-    """Cancelling the task awaiting shutdown() cancels the children, still waits for their
-    cleanup, then propagates CancelledError."""
+    """Cancelling the task awaiting shutdown() (twice) cancels the children once, still waits
+    for their cleanup to complete, then propagates CancelledError."""
     cleaned = []
 
     async def stubborn() -> None:
@@ -508,6 +508,8 @@ def test_ptg_caller_cancelled_during_shutdown_still_waits() -> None:
         closer = asyncio.create_task(group.shutdown(timeout=5))
         await asyncio.sleep(0.01)
         closer.cancel()
+        await asyncio.sleep(0.005)
+        closer.cancel()  # again, during the children's cleanup: it must not be interrupted
         with pytest.raises(asyncio.CancelledError):
             await closer
         assert cleaned == [True]
