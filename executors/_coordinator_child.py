@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import BinaryIO, Literal
 
 from ._coordinator_output import LineBuffer
-from ._coordinator_spec import ProcessResult, ProcessSpec, signal_name
+from ._coordinator_spec import Outcome, ProcessResult, ProcessSpec, signal_name
 from ._coordinator_sys import group_alive, spawn
 
 __all__ = ("Child", "Stream")
@@ -181,9 +181,6 @@ class Child:
             return True
         return not group_alive(self.pid)
 
-    def on_line(self, line: str) -> None:
-        self.tail.append(line)
-
     def close_streams(self) -> None:
         for stream in self.streams.values():
             with contextlib.suppress(OSError):
@@ -201,7 +198,7 @@ class Child:
 
     def result(self, t0: float) -> ProcessResult:
         """The frozen summary row of this process."""
-        outcome: str
+        outcome: Outcome
         if self.pid is None:
             outcome = "skipped" if self.skipped is not None else "failed-to-start"
         elif self.returncode is None:
@@ -230,7 +227,7 @@ class Child:
             role=self.role,
             argv=self.argv,
             pid=self.pid,
-            outcome=outcome,  # type: ignore[arg-type]
+            outcome=outcome,
             start=start,
             duration=duration,
             returncode=self.returncode,

@@ -399,7 +399,8 @@ class Coordinator:
     def _on_line(self, child: Child, stream: Stream, raw: bytes) -> None:
         text = raw.decode("utf-8", "replace").rstrip("\r")
         self._echo.line(child.name, text, stderr=stream.is_stderr)
-        child.on_line(text)
+        if stream.is_stderr:
+            child.tail.append(text)
         ready = child.spec.ready
         if ready is not None and ready.kind == "regex" and child.ready_at is None and re.search(
             ready.value, text

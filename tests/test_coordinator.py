@@ -408,6 +408,20 @@ def test_orphan_reaping_negative_controls(tmp_path: Path) -> None:
         os.waitpid(orphan, 0)
 
 
+def test_escaped_orphans_are_stopped_at_the_end(tmp_path: Path) -> None:
+    """Checklist 18 (tini#236): a grandchild that left the process group with setsid is
+    adopted by the coordinator when its parent dies and is stopped before the run ends."""
+    pidfile = tmp_path / "escaped"
+    script = f"setsid sleep 1000 & echo $! > {pidfile}; echo ready; sleep 1000"
+    result = Coordinator(
+        spec("put", recorder(tmp_path / "put.log")),
+        [spec("sh", ["sh", "-c", script], ready=READY), trigger(tmp_path, 0.2)],
+    ).run()
+    escaped = int(pidfile.read_text())
+    assert not alive(escaped)
+    assert result.exit_code == 0
+
+
 def test_children_start_with_clean_signal_state(tmp_path: Path) -> None:
     """Checklist 21: even when the coordinator's thread blocks INT/TERM/QUIT and ignores
     INT/QUIT, children start with an empty mask, nothing ignored, stdin from /dev/null."""
