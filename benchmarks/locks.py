@@ -6,7 +6,8 @@ Measures, interleaved round by round (the harness's rule: ratios, never lone abs
   ``sleep(0)`` (acquisitions per second);
 - cancelling N tasks queued on ``Semaphore(0)``, newest first, until all have finished
   (seconds; N = 16,000, or 1,000 in quick mode). asyncio, anyio and aiologic remove a
-  cancelled waiter with ``deque.remove`` (O(n) each, O(n^2) in all); ours is O(1) each.
+  cancelled waiter with ``deque.remove`` (O(n) each, O(n^2) in all); ours is O(1) each. The
+  floor is the same cancellation of tasks parked on their own futures, with no queue at all.
 
 anyio runs on plain ``asyncio.run`` (its asyncio backend); trio on ``trio.run``.
 
@@ -165,6 +166,30 @@ def cancel_trio(n: int) -> Callable[[], float]:
     return lambda: trio.run(body)
 
 
+FLOOR = "floor (own future per task)"
+
+
+def cancel_floor(n: int) -> Callable[[], float]:
+    """The same cancellation with no shared queue at all: each task waits on its own future."""
+
+    async def body() -> float:
+        loop = asyncio.get_running_loop()
+
+        async def waiter() -> None:
+            await loop.create_future()
+
+        tasks = [asyncio.create_task(waiter()) for _ in range(n)]
+        for _ in range(3):
+            await asyncio.sleep(0)
+        start = time.perf_counter()
+        for task in reversed(tasks):
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return time.perf_counter() - start
+
+    return lambda: _on_asyncio(body)
+
+
 def metrics(quick: bool) -> list[Metric]:
     n_uncontended = 20_000 if quick else 200_000
     iters = 20 if quick else 200
@@ -178,13 +203,16 @@ def metrics(quick: bool) -> list[Metric]:
     cancel: dict[str, Callable[[], float] | None] = {
         name: cancel_asyncio(f, n_cancel) for name, f in ASYNCIO_PEERS.items()}
     cancel[TRIO] = cancel_trio(n_cancel)
+    cancel[FLOOR] = cancel_floor(n_cancel)
     return [
         Metric("uncontended acquire/release", "ops/s", "higher", uncontended,
                note="`async with sem: pass` on Semaphore(1)"),
         Metric(f"contended, {TASKS} tasks through Semaphore({PERMITS})", "acquisitions/s",
                "higher", contended, note="each holds its permit across one sleep(0)"),
         Metric(f"cancel {n_cancel:,} queued waiters, newest first", "s", "lower", cancel,
-               note="from the first cancel() until every task has finished"),
+               floor=FLOOR,
+               note="from the first cancel() until every task has finished; the floor cancels "
+                    "tasks parked on their own futures (no queue)"),
     ]
 
 
