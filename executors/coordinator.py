@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import BinaryIO, Literal, TextIO, final
 
 from ._coordinator_child import Child, Stream
+from ._coordinator_orphans import OrphanReaper
 from ._coordinator_output import Echo
 from ._coordinator_spec import (
     ProcessResult,
@@ -28,7 +29,6 @@ from ._coordinator_spec import (
     parse_signal,
     signal_name,
 )
-from ._coordinator_sys import children_of_self, get_subreaper, proc_state, set_subreaper
 from ._coordinator_template import PLACEHOLDERS, TemplateError, render
 
 __all__ = (
@@ -181,12 +181,8 @@ class Coordinator:
         self._force = False
         self._stop_requests = 0
         self._pending_stops = 0  # stop() before run() or before the loop reads the socket
-        self._orphans_reaped = 0
-        self._reaping = False
+        self._orphans = OrphanReaper(self._say, KILL_WAIT)
         self._reap_flag = False
-        self._initial_children: set[int] = set()
-        self._orphan_deadline: float | None = None
-        self._orphans_killed = False
         self._t0 = 0.0
         self._lock = threading.Lock()  # guards _wsock for stop() from other threads
         self._wsock: socket.socket | None = None
@@ -208,7 +204,7 @@ class Coordinator:
             running=sum(1 for c in self._children if c.started and not c.exited),
             exited=sum(1 for c in self._children if c.exited),
             signals_sent=sum(len(c.signals) for c in self._children),
-            orphans_reaped=self._orphans_reaped,
+            orphans_reaped=self._orphans.reaped,
             stop_requests=self._stop_requests + self._pending_stops,
         )
 
@@ -271,14 +267,9 @@ class Coordinator:
                 # inherited").
                 old_mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, handled)
                 restore.append(lambda: signal.pthread_sigmask(signal.SIG_SETMASK, old_mask))
-            if os.getpid() == 1:
-                self._reaping = True
-            elif self._subreaper:
-                was = get_subreaper()
-                self._reaping = set_subreaper(True)
-                if self._reaping and not was:
-                    restore.append(lambda: set_subreaper(False))
-            self._initial_children = children_of_self() if self._reaping else set()
+            undo = self._orphans.enable(self._subreaper)
+            if undo is not None:
+                restore.append(undo)
             with self._lock:
                 self._wsock = wsock
                 pending, self._pending_stops = self._pending_stops, 0
@@ -431,7 +422,7 @@ class Coordinator:
     def _step(self) -> bool:
         """Advance the state machine as far as it can go now; True when the run is over."""
         now = self._clock()
-        if self._reaping:
+        if self._orphans.active:
             self._reap_orphans()
         for child in self._children:
             if child.started and not child.exited and child.peek(now, reap=child.role != "put"):
@@ -445,7 +436,8 @@ class Coordinator:
         if self._phase == "stopping-put" and self._stop_all([self._put], now):
             self._put.reap()
             self._phase = "stopping-orphans"
-        if self._phase == "stopping-orphans" and self._stop_orphans(now):
+        grace = 0.0 if self._force else self._put.grace
+        if self._phase == "stopping-orphans" and self._orphans.stop(self._managed(), now, grace):
             self._phase = "done"
         return self._phase == "done"
 
@@ -568,49 +560,12 @@ class Coordinator:
 
     # -- orphans ------------------------------------------------------------------------------
 
-    def _adopted(self) -> set[int]:
-        managed = {c.pid for c in self._children if c.pid is not None}
-        return children_of_self() - managed - self._initial_children
+    def _managed(self) -> set[int]:
+        return {c.pid for c in self._children if c.pid is not None}
 
     def _reap_orphans(self) -> None:
-        """Reap exited children we did not start, by pid: never `waitpid(-1)`.
-
-        A blanket reaper would also take managed children's statuses (CPython's Popen then
-        reports 0 for a process that exited 7: research note, "the waitpid(-1) trap").
-        """
         self._reap_flag = False
-        for pid in self._adopted():
-            try:
-                info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG)
-            except ChildProcessError:
-                continue
-            if info is not None:
-                self._orphans_reaped += 1
-                self._say(f"reaped orphan pid {pid}")
-
-    def _stop_orphans(self, now: float) -> bool:
-        """Stop descendants that were orphaned to us and still live (tini#236)."""
-        if not self._reaping:
-            return True
-        alive = {p for p in self._adopted() if proc_state(p) not in (None, "Z")}
-        if not alive:
-            return True
-        if self._orphan_deadline is None:
-            grace = 0.0 if self._force else self._put.grace
-            self._say(f"stopping {len(alive)} orphaned process(es): {sorted(alive)}")
-            for pid in alive:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGTERM)
-                    os.kill(pid, signal.SIGCONT)
-            self._orphan_deadline = now + grace
-        if now >= self._orphan_deadline:
-            if self._orphans_killed:
-                return now >= self._orphan_deadline + KILL_WAIT
-            self._orphans_killed = True
-            for pid in alive:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-        return False
+        self._orphans.reap(self._managed())
 
     def _timeout(self) -> float | None:
         now = self._clock()
@@ -632,7 +587,7 @@ class Coordinator:
         if self._phase == "stopping-orphans":
             candidates.append(_GROUP_POLL)
         if any(c.started and not c.exited and c.pidfd is None for c in self._children) or (
-            self._reaping and not self._handle_signals
+            self._orphans.active and not self._handle_signals
         ):
             candidates.append(_TICK)
         return max(0.0, min(candidates)) if candidates else None
@@ -671,7 +626,7 @@ class Coordinator:
             trigger_signal=sig,
             message=message,
             duration=self._clock() - self._t0,
-            orphans_reaped=self._orphans_reaped,
+            orphans_reaped=self._orphans.reaped,
             processes=tuple(c.result(self._t0) for c in self._children),
         )
         if self._log_dir is not None:
