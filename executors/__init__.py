@@ -6,9 +6,13 @@ from .errors import ChannelClosed as ChannelClosed
 from .errors import ClosedError as ClosedError
 from .errors import ExecutorsError as ExecutorsError
 from .errors import ShutdownError as ShutdownError
+from .errors import ThreadCancelled as ThreadCancelled
 from .errors import WouldBlock as WouldBlock
 from .periodic import PeriodicExecutor as PeriodicExecutor
 from .periodic import PeriodicExecutorStatistics as PeriodicExecutorStatistics
+from .threads import CancelToken as CancelToken
+from .threads import ThreadGroup as ThreadGroup
+from .threads import ThreadGroupStatistics as ThreadGroupStatistics
 
 __version__ = "0.1.0.dev0"
 
@@ -20,4 +24,8 @@ __all__ = (
     "ClosedError",
     "ChannelClosed",
     "ShutdownError",
+    "ThreadCancelled",
+    "ThreadGroup",
+    "ThreadGroupStatistics",
+    "CancelToken",
 )

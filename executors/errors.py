@@ -8,6 +8,7 @@ __all__ = (
     "ClosedError",
     "ChannelClosed",
     "ShutdownError",
+    "ThreadCancelled",
 )
 
 
@@ -32,3 +33,11 @@ class ChannelClosed(ClosedError):
 
 class ShutdownError(ClosedError):
     """Raised when work is submitted to something that has been shut down."""
+
+
+class ThreadCancelled(ExecutorsError):
+    """Raised in a thread by `CancelToken.raise_if_cancelled()` once its token is cancelled.
+
+    A `ThreadGroup` does not count it as an error when its own token was cancelled: let it
+    propagate out of the thread's function to stop cooperatively.
+    """
