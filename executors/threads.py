@@ -183,7 +183,7 @@ class ThreadGroup:
         >>> results = []
         >>> with ThreadGroup() as g:
         ...     for i in range(3):
-        ...         g.start(results.append, i)
+        ...         _ = g.start(results.append, i)
         >>> sorted(results)
         [0, 1, 2]
     """
