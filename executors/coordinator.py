@@ -434,7 +434,8 @@ class Coordinator:
         if self._phase == "stopping-support" and self._stop_all(self._supporting, now):
             self._phase = "stopping-put"
         if self._phase == "stopping-put" and self._stop_all([self._put], now):
-            self._put.reap()
+            if self._put.exited:  # not after a SIGKILL that did not work (a D-state process)
+                self._put.reap()
             self._phase = "stopping-orphans"
         grace = 0.0 if self._force else self._put.grace
         if self._phase == "stopping-orphans" and self._orphans.stop(self._managed(), now, grace):
