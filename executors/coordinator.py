@@ -115,6 +115,12 @@ class Coordinator:
     With `subreaper` (or as PID 1) orphaned descendants are reparented to the coordinator,
     reaped as they die without touching managed children's statuses, and stopped at the end.
 
+    Options: `log_dir` (created; raw logs, `coord.log`, `summary.json`), `outdir` (the value of
+    `{outdir}`; default `log_dir`, else the current directory), `echo` (a text stream for the
+    labelled live lines; None for silence) with `color`, `ready_timeout` (seconds a process may
+    take to become ready), `subreaper`, `env` (the children's base environment; they also get
+    EXECUTORS_NAME, EXECUTORS_OUTDIR and, for supporting processes, EXECUTORS_PUT_PID).
+
     `run()` must be called from the main thread when `handle_signals` is true (Python delivers
     signals there only). With `handle_signals=False` it may run in any thread and is stopped
     with `stop()`. Every deadline uses *clock* (monotonic by default).
