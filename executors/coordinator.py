@@ -114,6 +114,8 @@ class Coordinator:
     `log_dir/NAME.out` / `NAME.err`. Exit is detected with pidfd/waitid, never from pipe EOF.
     With `subreaper` (or as PID 1) orphaned descendants are reparented to the coordinator,
     reaped as they die without touching managed children's statuses, and stopped at the end.
+    Children of the host program that exist before `run()` are left alone, but one that another
+    thread starts *during* the run would be taken for an orphan: pass `subreaper=False` then.
 
     Options: `log_dir` (created; raw logs, `coord.log`, `summary.json`), `outdir` (the value of
     `{outdir}`; default `log_dir`, else the current directory), `echo` (a text stream for the
