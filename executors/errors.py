@@ -9,6 +9,8 @@ __all__ = (
     "ChannelClosed",
     "ShutdownError",
     "ThreadCancelled",
+    "TransactionRetry",
+    "TransactionExpired",
 )
 
 
@@ -40,4 +42,21 @@ class ThreadCancelled(ExecutorsError):
 
     A `ThreadGroup` does not count it as an error when its own token was cancelled: let it
     propagate out of the thread's function to stop cooperatively.
+    """
+
+
+class TransactionRetry(ExecutorsError):
+    """Raised by a store adapter when a transaction failed in a way that retrying can fix.
+
+    A conflict, a lost connection, a busy database: `executors.aio.Traversal` rolls back and
+    retries from its last committed cursor. Adapters translate their driver's retryable
+    errors into this class (keeping the original as ``__cause__``).
+    """
+
+
+class TransactionExpired(TransactionRetry):
+    """Raised by a store adapter when a transaction outlived its time budget.
+
+    `executors.aio.Traversal` retries with a smaller budget; give it a larger ``budget`` or a
+    smaller ``max_batch`` if this repeats.
     """

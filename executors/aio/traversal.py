@@ -1,0 +1,575 @@
+"""Batched transactional traversal of a hierarchy in time-bounded transactions, with prefetch."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import inspect
+import math
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Literal, Protocol, TypeVar, final, runtime_checkable
+
+from executors.errors import TransactionExpired, TransactionRetry
+
+from .locks import Semaphore
+
+__all__ = (
+    "Kind",
+    "Entry",
+    "Transaction",
+    "Store",
+    "Visit",
+    "CursorEntry",
+    "Traversal",
+    "TraversalStatistics",
+    "traverse",
+    "default_limiter",
+    "DEFAULT_LIMIT",
+)
+
+Mode = Literal["strict", "relaxed", "any"]
+_R = TypeVar("_R")
+_MODES = ("strict", "relaxed", "any")
+
+#: The number of concurrent store reads all traversals of a process share by default.
+DEFAULT_LIMIT = 32
+
+# One fair semaphore per process: our Semaphore is not bound to an event loop, so one object can
+# serve every loop (as long as each traversal uses it from its own loop's thread).
+_DEFAULT_LIMITER = Semaphore(DEFAULT_LIMIT)
+
+
+def default_limiter() -> Semaphore:
+    """The process-wide fair semaphore (``DEFAULT_LIMIT`` permits) that traversals share.
+
+    Every store read of every `Traversal` created without ``limiter=`` holds one permit, so
+    one large traversal cannot starve the others or the store: the semaphore is FIFO, so
+    traversals that contend take turns read by read.
+
+    Example:
+        >>> default_limiter().statistics().value
+        32
+    """
+    return _DEFAULT_LIMITER
+
+
+class Kind(enum.Enum):
+    """What a node is: a file (a leaf) or a directory (has children)."""
+
+    FILE = "file"
+    DIR = "dir"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Entry:
+    """A node as read in one transaction: its name in its parent, its store key and kind.
+
+    `key` is the store's identity of the node (an inode number, a key prefix); it is only
+    meaningful inside the transaction that read it: a node may move or vanish in between.
+    """
+
+    name: str
+    key: object
+    kind: Kind
+
+
+@runtime_checkable
+class Transaction(Protocol):
+    """One time-bounded transaction of a `Store`: everything read in it is one snapshot.
+
+    Reads may be issued concurrently (the engine does), and complete in any order. A store
+    that cannot serve a read any more (the transaction expired, a conflict, a lost
+    connection) raises `executors.errors.TransactionRetry` (or `TransactionExpired`), and the
+    engine retries from its last committed cursor; any other exception ends the traversal.
+    """
+
+    async def root(self) -> Entry:
+        """Read the root directory (its name is ``""``)."""
+        ...
+
+    async def lookup(self, parent: object, name: str) -> Entry | None:
+        """Read the child `name` of directory `parent` (a key), or None if there is none."""
+        ...
+
+    async def list(self, parent: object, kind: Kind, after: str | None,
+                   limit: int) -> Sequence[Entry]:
+        """Read at most `limit` children of `parent` of `kind` with name > `after`, by name."""
+        ...
+
+    async def commit(self) -> None:
+        """Make the transaction's writes durable; raise TransactionRetry if that failed."""
+        ...
+
+    async def rollback(self) -> None:
+        """Abandon the transaction; never raises for a transaction that already failed."""
+        ...
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Something that begins `Transaction`s; `budget` is the transaction's time budget (s)."""
+
+    async def begin(self, *, budget: float) -> Transaction:
+        """Begin a transaction that the store may expire after `budget` seconds."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Visit:
+    """What the visitor is called with: a path, the node there (None: nothing there now), and
+    the transaction in which the path's every ancestor was read (write through it to make the
+    visit's effects commit with the traversal's cursor)."""
+
+    path: tuple[str, ...]
+    node: Entry | None
+    transaction: Transaction
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CursorEntry:
+    """One pending piece of work: list `phase` children of the directory at `path` after
+    `after`; `entered` says whether the directory itself was visited already."""
+
+    path: tuple[str, ...]
+    phase: Kind
+    after: str | None
+    entered: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TraversalStatistics:
+    """Counters of a `Traversal` (committed work and the overheads of batching).
+
+    `redo_ratio` is (reads issued - reads whose results were committed) / reads committed:
+    the reads spent re-establishing the cursor in a new transaction, prefetched but not used
+    before a commit, or lost with a failed transaction, per useful read.
+    """
+
+    mode: str
+    done: bool
+    transactions: int
+    commits: int
+    retries: int
+    expirations: int
+    visits: int
+    redone_visits: int
+    reads: int
+    useful_reads: int
+    resume_reads: int
+    wasted_reads: int
+    max_in_flight: int
+    cursor_size: int
+    max_cursor_size: int
+    elapsed: float
+
+    @property
+    def redo_ratio(self) -> float:
+        return (self.reads - self.useful_reads) / self.useful_reads if self.useful_reads else 0.0
+
+
+class _Stop(Exception):
+    """Internal: the transaction stops issuing reads (time budget or batch size)."""
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class _Task:
+    entry: CursorEntry
+    key: object = None  # resolved in the current transaction (None: not yet)
+    fetch: asyncio.Future[Sequence[Entry] | None] | None = None
+
+
+Visitor = Callable[[Visit], "Awaitable[None] | None"]
+
+
+@final
+class Traversal:
+    """A resumable traversal of a `Store`'s hierarchy in batches of time-bounded transactions.
+
+    Guarantees (see docs/content/traversal.md for the table and the effects of concurrent
+    changes):
+
+    - Path consistency: every node is visited in the same transaction in which every ancestor
+      on its path was read: a transaction resumes by reading the cursor's paths from the root.
+    - Order by `mode`: ``"strict"`` visits a directory, then its files by name, then its
+      subdirectories by name (pre-order) across transactions; ``"relaxed"`` visits the files
+      of one directory in order and a directory before anything in it, but directories in the
+      order their reads complete; ``"any"`` visits each path once in any order and reports a
+      pending directory that vanished between transactions as ``Visit(path, None, ...)``.
+    - Batches: reads are issued concurrently ahead of the visitor (up to `window` listings),
+      but only a gap-free prefix of the work (strict) or whole pieces of work (the others)
+      are processed and committed with the cursor. Reads stop while `reserve` of the budget
+      is left to process what has arrived and commit; the next transaction resumes from the
+      cursor. A failed or expired transaction is retried from the last cursor: nothing is
+      skipped, and the visits it made are made again (their effects through the transaction
+      were rolled back). After an expiry the budget used is halved (and grows back).
+    - Bounded concurrency: every read holds a permit of `limiter` (default: the process-wide
+      `default_limiter()`), a fair semaphore shared by all traversals.
+    - Bounded cursor: the cursor holds at most (depth + 1) * (page_size + 2) entries, each a
+      path, a phase and a name.
+
+    Args:
+        store: the `Store` to traverse.
+        visitor: called with a `Visit` per node, sync or async; its exceptions end the
+            traversal (after a rollback).
+        mode: ``"strict"``, ``"relaxed"`` or ``"any"``.
+        budget: the time budget of one transaction in seconds (FoundationDB's is 5 s).
+        reserve: the fraction of the budget kept to process arrived reads and commit.
+        page_size: children per listing read.
+        window: listings read ahead concurrently (and, in relaxed/any, processable).
+        limiter: the semaphore bounding concurrent reads.
+        max_batch: at most this many visits per transaction (None: no limit).
+        max_retries: consecutive failed transactions before the last error is raised.
+        retry_delay: first back-off after a failure (doubles, capped at 1 s).
+        clock: seconds, monotonic (default: the running loop's time).
+        start: a cursor to resume from (`cursor` of an earlier traversal).
+        on_commit: called with the statistics after each commit (for progress bars).
+
+    Raises:
+        TypeError / ValueError: naming the bad argument.
+
+    Example:
+        >>> from integrations.sqlite_store import SQLiteStore
+        >>> store = SQLiteStore(":memory:")
+        >>> store.add_tree(["a/", "a/x", "b"])
+        >>> seen = []
+        >>> stats = asyncio.run(traverse(store, lambda v: seen.append("/".join(v.path))))
+        >>> seen
+        ['', 'b', 'a', 'a/x']
+    """
+
+    def __init__(self, store: Store, visitor: Visitor, *, mode: Mode = "strict",
+                 budget: float = 5.0, reserve: float = 0.2, page_size: int = 64,
+                 window: int = 16, limiter: Semaphore | None = None,
+                 max_batch: int | None = None, max_retries: int = 10,
+                 retry_delay: float = 0.01, clock: Callable[[], float] | None = None,
+                 start: Sequence[CursorEntry] | None = None,
+                 on_commit: Callable[[TraversalStatistics], None] | None = None) -> None:
+        if not callable(getattr(store, "begin", None)):
+            raise TypeError(f"store must have an async begin(budget=...), got {store!r}")
+        if not callable(visitor):
+            raise TypeError(f"visitor must be callable, got {visitor!r}")
+        if mode not in _MODES:
+            raise ValueError(f"mode must be one of {', '.join(_MODES)}, got {mode!r}")
+        _positive("budget", budget)
+        if not isinstance(reserve, (int, float)) or not 0 <= reserve < 1:
+            raise ValueError(f"reserve must be a fraction in [0, 1), got {reserve!r}")
+        for name, value in (("page_size", page_size), ("window", window),
+                            ("max_retries", max_retries)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if max_batch is not None and (not isinstance(max_batch, int) or max_batch < 1):
+            raise ValueError(f"max_batch must be None or an int >= 1, got {max_batch!r}")
+        if not isinstance(retry_delay, (int, float)) or not 0 <= retry_delay < math.inf:
+            raise ValueError(f"retry_delay must be a finite number >= 0, got {retry_delay!r}")
+        if limiter is not None and not isinstance(limiter, Semaphore):
+            raise TypeError(f"limiter must be an executors.aio.Semaphore, got {limiter!r}")
+        self._store = store
+        self._visitor = visitor
+        self._mode: Mode = mode
+        self._budget = float(budget)
+        self._effective_budget = float(budget)
+        self._reserve = float(reserve)
+        self._page = page_size
+        self._window = window
+        self._limiter = limiter if limiter is not None else _DEFAULT_LIMITER
+        self._max_batch = max_batch
+        self._max_retries = max_retries
+        self._retry_delay = float(retry_delay)
+        self._clock = clock
+        self._on_commit = on_commit
+        self._cursor: tuple[CursorEntry, ...] = (
+            tuple(start) if start is not None else (CursorEntry((), Kind.FILE, None, False),))
+        self._running = False
+        # Counters (see TraversalStatistics).
+        self._transactions = self._commits = self._retries = self._expirations = 0
+        self._visits = self._redone = 0
+        self._reads = self._useful = self._resume = self._wasted = 0
+        self._in_flight = self._max_in_flight = 0
+        self._max_cursor = len(self._cursor)
+        self._elapsed = 0.0
+
+    # -- public surface -------------------------------------------------------------------
+
+    @property
+    def cursor(self) -> tuple[CursorEntry, ...]:
+        """The committed cursor: the work left, top (next in strict order) last."""
+        return self._cursor
+
+    @property
+    def done(self) -> bool:
+        return not self._cursor
+
+    def statistics(self) -> TraversalStatistics:
+        return TraversalStatistics(
+            mode=self._mode, done=self.done, transactions=self._transactions,
+            commits=self._commits, retries=self._retries, expirations=self._expirations,
+            visits=self._visits, redone_visits=self._redone, reads=self._reads,
+            useful_reads=self._useful, resume_reads=self._resume, wasted_reads=self._wasted,
+            max_in_flight=self._max_in_flight, cursor_size=len(self._cursor),
+            max_cursor_size=self._max_cursor, elapsed=self._elapsed)
+
+    def __repr__(self) -> str:
+        state = "done" if self.done else ("running" if self._running else "pending")
+        return (f"<Traversal {self._mode} {state} visits={self._visits} "
+                f"commits={self._commits} retries={self._retries} cursor={len(self._cursor)}>")
+
+    async def run(self) -> TraversalStatistics:
+        """Traverse until the cursor is empty; return the statistics.
+
+        Raises:
+            RuntimeError: the traversal is already running.
+            TransactionRetry: `max_retries` transactions in a row failed (the last error).
+            Exception: whatever the visitor or the store raised otherwise.
+        """
+        if self._running:
+            raise RuntimeError("this Traversal is already running")
+        self._running = True
+        loop = asyncio.get_running_loop()
+        clock = self._clock or loop.time
+        started = time.perf_counter()
+        failures = 0
+        try:
+            while self._cursor:
+                try:
+                    await self._transaction(clock)
+                except TransactionRetry as exc:
+                    failures += 1
+                    self._retries += 1
+                    if isinstance(exc, TransactionExpired):
+                        # The work took longer than estimated: give the next transaction half
+                        # the budget (it always makes progress on at least one listing).
+                        self._expirations += 1
+                        self._effective_budget = max(self._effective_budget / 2,
+                                                     self._budget / 64)
+                    if failures >= self._max_retries:
+                        raise
+                    if self._retry_delay:
+                        await asyncio.sleep(min(self._retry_delay * 2 ** (failures - 1), 1.0))
+                else:
+                    failures = 0
+                    self._effective_budget = min(self._budget, self._effective_budget * 1.25)
+        finally:
+            self._running = False
+            self._elapsed += time.perf_counter() - started
+        return self.statistics()
+
+    # -- one transaction ------------------------------------------------------------------
+
+    async def _transaction(self, clock: Callable[[], float]) -> None:
+        self._transactions += 1
+        budget = self._effective_budget
+        start = clock()
+        deadline = start + budget
+        stop_issuing_at = deadline - budget * self._reserve
+        txn = await self._store.begin(budget=budget)
+        stack = [_Task(e) for e in self._cursor]
+        # Paths resolved in this transaction: each ancestor is read once per transaction.
+        resolved: dict[tuple[str, ...], asyncio.Future[Entry | None]] = {}
+        reads = [0, 0, 0]  # issued, consumed (useful), resume lookups in this transaction
+        visits = 0
+        issuing = True
+        progressed = False
+
+        def may_issue() -> bool:
+            nonlocal issuing
+            if issuing and progressed and (
+                    clock() >= stop_issuing_at
+                    or (self._max_batch is not None and visits >= self._max_batch)):
+                issuing = False
+            return issuing
+
+        async def read(fn: Callable[[], Awaitable[_R]], resume: bool = False) -> _R:
+            if not may_issue():
+                raise _Stop
+            async with self._limiter:
+                if not may_issue():
+                    raise _Stop
+                reads[0] += 1
+                reads[2] += resume
+                self._reads += 1
+                self._in_flight += 1
+                self._max_in_flight = max(self._max_in_flight, self._in_flight)
+                try:
+                    return await fn()
+                finally:
+                    self._in_flight -= 1
+
+        async def resolve(path: tuple[str, ...]) -> Entry | None:
+            fut = resolved.get(path)
+            if fut is None:
+                fut = asyncio.ensure_future(_resolve(path))
+                resolved[path] = fut
+            return await asyncio.shield(fut)
+
+        async def _resolve(path: tuple[str, ...]) -> Entry | None:
+            if not path:
+                return await read(txn.root, resume=True)
+            parent = await resolve(path[:-1])
+            if parent is None or parent.kind is not Kind.DIR:
+                return None
+            return await read(lambda: txn.lookup(parent.key, path[-1]), resume=True)
+
+        async def fetch(task: _Task) -> Sequence[Entry] | None:
+            e = task.entry
+            if task.key is None:
+                node = await resolve(e.path)
+                if node is None or node.kind is not Kind.DIR:
+                    return None
+                task.key = node.key
+            key = task.key
+            return await read(lambda: txn.list(key, e.phase, e.after, self._page))
+
+        def start_fetches() -> None:
+            # Prefetch: the next `window` pieces of work in traversal order get their reads.
+            if not issuing:
+                return
+            for task in stack[-1:-self._window - 1:-1]:
+                if task.fetch is None:
+                    task.fetch = asyncio.ensure_future(fetch(task))
+
+        async def process(task: _Task, page: Sequence[Entry] | None) -> list[_Task]:
+            nonlocal visits
+            e = task.entry
+            if page is None:  # the directory is gone (or is no directory) now
+                if not e.entered and self._mode == "any":
+                    await self._visit(Visit(e.path, None, txn))
+                    visits += 1
+                return []
+            reads[1] += 1
+            if not e.entered:
+                node = Entry(e.path[-1] if e.path else "", task.key, Kind.DIR)
+                await self._visit(Visit(e.path, node, txn))
+                visits += 1
+            full = len(page) >= self._page
+            last = page[-1].name if page else None
+            if e.phase is Kind.FILE:
+                for child in page:
+                    if child.kind is Kind.FILE:
+                        await self._visit(Visit((*e.path, child.name), child, txn))
+                        visits += 1
+                out = [_Task(CursorEntry(e.path, Kind.DIR, None, True), task.key)] \
+                    if e.after is None else []
+                if full:
+                    out.append(_Task(CursorEntry(e.path, Kind.FILE, last, True), task.key))
+                return out
+            out = [_Task(CursorEntry(e.path, Kind.DIR, last, True), task.key)] if full else []
+            out.extend(_Task(CursorEntry((*e.path, c.name), Kind.FILE, None, False), c.key)
+                       for c in reversed(page) if c.kind is Kind.DIR)
+            return out
+
+        try:
+            while stack:
+                if clock() >= deadline and progressed:
+                    break
+                start_fetches()
+                if self._mode == "strict":
+                    task = stack[-1]
+                    if task.fetch is None:
+                        break  # not issued: stop at the gap
+                    if not issuing and not task.fetch.done():
+                        # Out of budget: what has not arrived is not waited for.
+                        break
+                    try:
+                        page = await task.fetch
+                    except _Stop:
+                        break
+                    index = len(stack) - 1
+                else:
+                    pending = [t.fetch for t in stack[-1:-self._window - 1:-1]
+                               if t.fetch is not None]
+                    if not pending:
+                        break
+                    ready = [f for f in pending if f.done()]
+                    if not ready:
+                        if not issuing:
+                            break
+                        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                        ready = [f for f in pending if f.done()]
+                    fut = ready[0]
+                    index = next(i for i in range(len(stack) - 1, -1, -1)
+                                 if stack[i].fetch is fut)
+                    task = stack[index]
+                    try:
+                        page = fut.result()
+                    except _Stop:
+                        # Not issued in time: it stays pending; drop it from this round.
+                        task.fetch = None
+                        issuing = False
+                        if not any(t.fetch is not None and t.fetch.done() for t in stack):
+                            break
+                        continue
+                stack[index:index + 1] = await process(task, page)
+                progressed = True
+            cursor = tuple(t.entry for t in stack)
+            await txn.commit()
+        except BaseException as exc:
+            self._cleanup(stack, resolved)
+            self._redone += visits
+            try:
+                await txn.rollback()
+            except Exception:
+                pass  # the transaction already failed; the first error is the one to see
+            if isinstance(exc, _Stop):  # pragma: no cover - _Stop never escapes a fetch
+                raise RuntimeError("internal: a read stopped outside a fetch") from exc
+            raise
+        self._cleanup(stack, resolved)
+        self._commits += 1
+        self._visits += visits
+        self._useful += reads[1]
+        self._resume += reads[2]
+        self._wasted += reads[0] - reads[1] - reads[2]
+        self._cursor = cursor
+        self._max_cursor = max(self._max_cursor, len(cursor))
+        if self._on_commit is not None:
+            self._on_commit(self.statistics())
+
+    @staticmethod
+    def _cleanup(stack: list[_Task],
+                 resolved: dict[tuple[str, ...], asyncio.Future[Entry | None]]) -> None:
+        # Reads of the finished transaction are no longer wanted; collect their outcomes so
+        # that no "exception was never retrieved" is logged for a read cut short.
+        futures: list[asyncio.Future[Sequence[Entry] | None] | asyncio.Future[Entry | None]]
+        futures = [t.fetch for t in stack if t.fetch is not None]
+        futures.extend(resolved.values())
+        for fut in futures:
+            if not fut.done():
+                fut.cancel()
+            fut.add_done_callback(_consume)
+
+    async def _visit(self, visit: Visit) -> None:
+        result = self._visitor(visit)
+        if inspect.isawaitable(result):
+            await result
+
+
+def _consume(fut: asyncio.Future[_R]) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+def _positive(name: str, value: float) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+async def traverse(store: Store, visitor: Visitor, *, mode: Mode = "strict",
+                   budget: float = 5.0, page_size: int = 64, window: int = 16,
+                   limiter: Semaphore | None = None, max_batch: int | None = None,
+                   on_commit: Callable[[TraversalStatistics], None] | None = None,
+                   ) -> TraversalStatistics:
+    """Traverse `store` with `visitor` in `mode`; return the statistics (see `Traversal`).
+
+    Example:
+        >>> from integrations.sqlite_store import SQLiteStore
+        >>> store = SQLiteStore(":memory:")
+        >>> store.add_tree(["docs/", "docs/a.md", "README"])
+        >>> stats = asyncio.run(traverse(store, lambda v: None, mode="any"))
+        >>> stats.visits, stats.done
+        (4, True)
+    """
+    return await Traversal(store, visitor, mode=mode, budget=budget, page_size=page_size,
+                           window=window, limiter=limiter, max_batch=max_batch,
+                           on_commit=on_commit).run()
+
