@@ -10,6 +10,12 @@ from .errors import ThreadCancelled as ThreadCancelled
 from .errors import WouldBlock as WouldBlock
 from .periodic import PeriodicExecutor as PeriodicExecutor
 from .periodic import PeriodicExecutorStatistics as PeriodicExecutorStatistics
+from .service import BackgroundService as BackgroundService
+from .service import Job as Job
+from .service import JobStatistics as JobStatistics
+from .service import ServiceStatistics as ServiceStatistics
+from .service import ServiceStatus as ServiceStatus
+from .service import ShutdownReport as ShutdownReport
 from .threads import CancelToken as CancelToken
 from .threads import ThreadGroup as ThreadGroup
 from .threads import ThreadGroupStatistics as ThreadGroupStatistics
@@ -19,6 +25,12 @@ __version__ = "0.1.0.dev0"
 __all__ = (
     "PeriodicExecutor",
     "PeriodicExecutorStatistics",
+    "BackgroundService",
+    "Job",
+    "JobStatistics",
+    "ServiceStatistics",
+    "ServiceStatus",
+    "ShutdownReport",
     "ExecutorsError",
     "WouldBlock",
     "ClosedError",
