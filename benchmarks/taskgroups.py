@@ -9,8 +9,9 @@ absolute times):
 - the same two on Python 3.12+ with ``asyncio.eager_task_factory`` installed (a trivial task
   then completes inside ``create_task``; anyio starts its tasks lazily whatever the factory).
 
-A sample is the median time of 3 repetitions of "spawn N no-op tasks into a fresh group and
-wait for them", after one warm-up, each contender on its own fresh event loop.
+A sample is the median time of 5 repetitions of "spawn N no-op tasks into a fresh group and
+wait for them", after one warm-up, each contender on its own fresh event loop, with the
+garbage collector run before and kept out of each timed repetition (as `timeit` does).
 The targets of issue 5: ours within 10% of ``asyncio.TaskGroup``; persistent at least 2x
 faster than aiotools'.
 
@@ -20,6 +21,7 @@ Run: ``python -m benchmarks.taskgroups [--quick]`` or ``executors bench taskgrou
 from __future__ import annotations
 
 import asyncio
+import gc
 import statistics
 import sys
 import time
@@ -35,6 +37,7 @@ from executors.aio import PersistentTaskGroup, TaskGroup
 __all__ = ("main", "metrics")
 
 HAS_EAGER = sys.version_info >= (3, 12)
+REPS = 5
 
 
 async def noop() -> None:
@@ -83,7 +86,7 @@ async def _gather(n: int) -> None:
 
 
 def sample(spawner: Spawner, n: int, *, eager: bool) -> Callable[[], float]:
-    """One round: ms for `n` tasks (median of 3 after a warm-up) on a fresh loop."""
+    """One round: ms for `n` tasks (median of REPS after a warm-up) on a fresh loop."""
 
     async def body() -> float:
         if eager:
@@ -92,10 +95,17 @@ def sample(spawner: Spawner, n: int, *, eager: bool) -> Callable[[], float]:
             )
         await spawner(min(n, 1000))  # warm-up
         times = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            await spawner(n)
-            times.append((time.perf_counter() - t0) * 1000)
+        for _ in range(REPS):
+            # As timeit does: collect first and keep the collector out of the timed part, so a
+            # contender never pays for the garbage of the one measured before it.
+            gc.collect()
+            gc.disable()
+            try:
+                t0 = time.perf_counter()
+                await spawner(n)
+                times.append((time.perf_counter() - t0) * 1000)
+            finally:
+                gc.enable()
         return statistics.median(times)
 
     def one_round() -> float:
