@@ -1,0 +1,877 @@
+"""Tests for integrations.bridge: the Portal, thread waiters in the primitives' FIFOs, run_sync."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+
+from executors import CancelToken, ChannelClosed, ShutdownError, WouldBlock, registry
+from executors.aio import (
+    BoundedSemaphore,
+    Channel,
+    Get,
+    GetResult,
+    Lock,
+    Semaphore,
+    Send,
+    SendResult,
+)
+from integrations.bridge import Portal, PortalFuture, ThreadWaiter, run_sync
+
+T = TypeVar("T")
+
+var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+
+
+@pytest.fixture
+def portal() -> Iterator[Portal]:
+    with Portal(name="test-portal") as p:
+        yield p
+
+
+def on_loop(portal: Portal, fn: Callable[..., T], *args: object) -> T:
+    """Run a plain function on the portal's loop thread and return its result."""
+    async def run() -> T:
+        return fn(*args)
+    return portal.call(run)
+
+
+def wait_until(cond: Callable[[], object], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.0005)
+
+
+def start_thread(fn: Callable[..., object], *args: object) -> threading.Thread:
+    t = threading.Thread(target=fn, args=args, daemon=True)
+    t.start()
+    return t
+
+
+# -- ThreadWaiter ------------------------------------------------------------------------------
+
+
+def test_thread_waiter_exactly_one_resolution_wins() -> None:
+    """try_wake, try_fail and try_abandon: the first wins, the others return False."""
+    w = ThreadWaiter()
+    assert w.waiting and not w.wait(0)
+    assert w.try_wake(1) and not w.try_fail(ValueError()) and not w.try_abandon()
+    assert w.wait(0) and w.woken and w.outcome() == 1
+    w = ThreadWaiter()
+    assert w.try_abandon() and not w.try_wake(1) and not w.waiting and not w.woken
+    w = ThreadWaiter()
+    assert w.try_fail(KeyError("k")) and not w.try_wake(1)
+    with pytest.raises(KeyError):
+        w.outcome()
+    assert ThreadWaiter.resumes_on_loop is False and "failed" in repr(w)
+
+
+# -- Portal: calls -----------------------------------------------------------------------------
+
+
+def test_call_returns_and_reraises(portal: Portal) -> None:
+    """call() returns the coroutine's result and re-raises its exception in the caller."""
+    async def double(x: int) -> int:
+        await asyncio.sleep(0)
+        return 2 * x
+
+    async def fail() -> None:
+        raise KeyError("k")
+
+    assert portal.call(double, 21) == 42
+    with pytest.raises(KeyError):
+        portal.call(fail)
+    with pytest.raises(TypeError, match="awaitable"):
+        portal.call(lambda: 3)  # type: ignore[arg-type,return-value]
+
+
+def test_call_sees_caller_context_and_changes_do_not_flow_back(portal: Portal) -> None:
+    """The callee sees the caller's contextvars; its changes stay in its copy (as anyio)."""
+    async def read_and_set() -> str:
+        seen = var.get()
+        var.set("callee")
+        return seen
+
+    token = var.set("caller")
+    try:
+        assert portal.call(read_and_set) == "caller"
+        assert var.get() == "caller"
+    finally:
+        var.reset(token)
+
+
+def test_callee_has_a_current_task(portal: Portal) -> None:
+    """The callee runs as a real Task: current_task(), asyncio.timeout and TaskGroup work."""
+    async def body() -> bool:
+        async with asyncio.timeout(5), asyncio.TaskGroup() as tg:
+            tg.create_task(asyncio.sleep(0))
+        return asyncio.current_task() is not None
+
+    assert portal.call(body)
+
+
+def test_calls_from_the_loop_thread_fail_instead_of_deadlocking(portal: Portal) -> None:
+    """A blocking portal method called on the loop thread raises RuntimeError at once."""
+    sem = Semaphore(1)
+
+    async def nested() -> None:
+        portal.call(asyncio.sleep, 0)
+
+    async def view() -> None:
+        portal.semaphore(sem).acquire()
+
+    with pytest.raises(RuntimeError, match="event loop thread"):
+        portal.call(nested)
+    with pytest.raises(RuntimeError, match="event loop thread"):
+        portal.call(view)
+    assert on_loop(portal, sem.statistics).value == 1
+
+
+def test_portal_not_open_and_bad_arguments() -> None:
+    """Using a portal before open, opening twice, and bad arguments are refused clearly."""
+    p = Portal()
+    with pytest.raises(RuntimeError, match="not open"):
+        p.call(asyncio.sleep, 0)
+    with pytest.raises(RuntimeError, match="no loop"):
+        _ = p.loop
+    assert p.join(0) is True
+    with pytest.raises(TypeError, match="loop"):
+        Portal(loop=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="name"):
+        Portal(name=3)  # type: ignore[arg-type]
+    with p, pytest.raises(RuntimeError, match="opens once"):
+        p.open()
+    with pytest.raises(TypeError, match="semaphore"):
+        Portal().semaphore(asyncio.Semaphore())  # type: ignore[arg-type]
+
+
+def test_portal_is_registered_and_repr() -> None:
+    """An open portal is tracked by the executors registry; repr and statistics show state."""
+    with Portal(name="reg") as p:
+        assert any(ref() is p for ref in list(registry._registered))
+        assert repr(p) == "<Portal 'reg' open pending=0 tasks=0>"
+        assert p.statistics().state == "open" and p.statistics().owns_loop
+    assert p.statistics().state == "closed" and p.closed
+
+
+# -- start_task_soon and PortalFuture ----------------------------------------------------------
+
+
+def test_start_task_soon_result_and_cancel_waits_for_cleanup(portal: Portal) -> None:
+    """cancel() cancels the task; the future completes only after the task's async cleanup."""
+    started = threading.Event()
+    cleaned = threading.Event()
+
+    async def slow() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        finally:
+            await asyncio.sleep(0.05)  # async cleanup that takes a while
+            cleaned.set()
+
+    async def value() -> int:
+        return 7
+
+    assert portal.start_task_soon(value).result(10) == 7
+    fut = portal.start_task_soon(slow, name="slow")
+    assert isinstance(fut, PortalFuture) and started.wait(10)
+    assert fut.cancel() is True
+    done, _ = concurrent.futures.wait([fut], timeout=10)
+    assert done == {fut} and cleaned.is_set()
+    assert fut.cancelled() and fut.cancel() is True
+    with pytest.raises(concurrent.futures.CancelledError):
+        fut.result()
+
+
+def test_cancel_before_start_and_a_task_that_swallows_cancellation(portal: Portal) -> None:
+    """A future cancelled before its task starts is cancelled; a task that catches the
+    cancellation and returns gives its result (the future reports what really happened)."""
+    gate = threading.Event()
+
+    async def block_loop() -> None:
+        gate.wait(10)  # holds the loop so the next task cannot start yet
+
+    async def stubborn() -> str:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            return "kept going"
+        return "slept"
+
+    blocker = portal.start_task_soon(block_loop)
+    early = portal.start_task_soon(stubborn)
+    assert early.cancel()
+    gate.set()
+    blocker.result(10)
+    assert early.exception(10) is None if not early.cancelled() else True
+    assert early.cancelled()
+
+    late = portal.start_task_soon(stubborn)
+    wait_until(lambda: portal.statistics().tasks >= 1)
+    late.cancel()
+    assert late.result(10) == "kept going" and not late.cancelled()
+
+
+def test_exit_waits_for_tasks_or_cancels_them_if_the_block_raised() -> None:
+    """Leaving the block waits for start_task_soon tasks; if the block raised, cancels them."""
+    async def short() -> str:
+        await asyncio.sleep(0.05)
+        return "done"
+
+    with Portal() as p:
+        fut = p.start_task_soon(short)
+    assert fut.result(0) == "done"
+
+    with pytest.raises(KeyError), Portal() as p:
+        fut = p.start_task_soon(asyncio.sleep, 30)
+        raise KeyError
+    assert fut.cancelled()
+
+
+# -- attaching to a running loop ---------------------------------------------------------------
+
+
+def test_attach_to_a_loop_running_in_another_thread() -> None:
+    """Portal(loop=...) works on another thread's loop; closing leaves that loop running."""
+    loop = asyncio.new_event_loop()
+    t = start_thread(loop.run_forever)
+    try:
+        wait_until(loop.is_running)
+        with Portal(loop=loop) as p:
+            assert p.call(asyncio.sleep, 0, "ok") == "ok"
+            assert p.statistics().owns_loop is False
+            pending = p.start_task_soon(asyncio.sleep, 30)
+            p.close()
+            assert p.join(10)
+        with pytest.raises(ShutdownError):
+            pending.result(10)
+        assert loop.is_running()
+        assert asyncio.run_coroutine_threadsafe(asyncio.sleep(0, 1), loop).result(10) == 1
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        t.join(10)
+        loop.close()
+    with pytest.raises(RuntimeError, match="runs"):
+        Portal(loop=loop).open()
+
+
+# -- shutdown ----------------------------------------------------------------------------------
+
+
+def test_shutdown_fails_pending_calls_views_and_futures_cleanly() -> None:
+    """Closing with work pending: every blocked thread gets ShutdownError, nothing hangs, and
+    no thread waiter is left in a primitive's queue."""
+    sem = Semaphore(0)
+    ch: Channel[int] = Channel()
+    other: Channel[int] = Channel()
+    errors: list[BaseException] = []
+    p = Portal().open()
+
+    def catch(fn: Callable[[], object]) -> None:
+        try:
+            fn()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [
+        start_thread(catch, lambda: p.call(asyncio.sleep, 30)),
+        start_thread(catch, lambda: p.semaphore(sem).acquire()),
+        start_thread(catch, lambda: p.channel(ch).get()),
+        start_thread(catch, lambda: p.select(Get(ch), Get(other))),
+    ]
+    fut = p.start_task_soon(asyncio.sleep, 30)
+    wait_until(lambda: p.statistics().pending == 5 and len(sem._waiters) == 1
+               and ch.statistics().waiting_getters == 2)
+    p.close()
+    assert p.join(10)
+    for t in threads:
+        t.join(10)
+    assert [type(e) for e in errors] == [ShutdownError] * 4
+    with pytest.raises(ShutdownError):
+        fut.result(10)
+    assert len(sem._waiters) == 0
+    assert ch.statistics().waiting_getters == ch.statistics().waiting_senders == 0
+    assert other.statistics().waiting_getters == 0
+    with pytest.raises(ShutdownError):
+        p.call(asyncio.sleep, 0)
+    assert p.statistics().pending == 0
+
+
+def test_registry_exit_closes_a_portal_with_a_pending_call() -> None:
+    """At interpreter exit the registry closes the portal: a blocked caller fails cleanly."""
+    script = textwrap.dedent("""
+        import atexit, threading
+
+        failed = threading.Event()
+
+        def check():  # registered first, so it runs after the registry's exit hook
+            print("caller failed cleanly" if failed.wait(5) else "caller still blocked")
+            print("portal", p.statistics().state)
+
+        atexit.register(check)
+
+        import asyncio, time
+        from executors import ShutdownError
+        from integrations.bridge import Portal
+
+        p = Portal().open()
+
+        def caller():
+            try:
+                p.call(asyncio.sleep, 60)
+            except ShutdownError:
+                failed.set()
+
+        threading.Thread(target=caller, daemon=True).start()
+        while p.statistics().tasks == 0:
+            time.sleep(0.001)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["caller failed cleanly", "portal closed"], proc.stdout
+
+
+# -- semaphore and lock: one FIFO for threads and tasks ----------------------------------------
+
+
+def test_threads_and_tasks_contend_for_one_semaphore_in_strict_fifo(portal: Portal) -> None:
+    """Alternating task and thread waiters are served in exactly their arrival order."""
+    sem = Semaphore(0)
+    order: list[str] = []
+    got = threading.Semaphore(0)
+
+    async def task_acquire(name: str) -> None:
+        await sem.acquire()
+        order.append(name)
+        got.release()
+
+    def thread_acquire(name: str) -> None:
+        assert portal.semaphore(sem).acquire()
+        order.append(name)
+        got.release()
+
+    names = [f"{'task' if i % 2 else 'thread'}{i}" for i in range(8)]
+    for i, name in enumerate(names):
+        if name.startswith("task"):
+            portal.start_task_soon(task_acquire, name)
+        else:
+            start_thread(thread_acquire, name)
+        wait_until(lambda i=i: on_loop(portal, lambda: len(sem._waiters)) == i + 1)
+    for _ in names:
+        on_loop(portal, sem.release)
+        assert got.acquire(timeout=10)
+    assert order == names
+    assert on_loop(portal, sem.statistics).waiting == 0
+
+
+def test_thread_that_releases_and_reacquires_queues_behind_waiters(portal: Portal) -> None:
+    """No barging: a thread's release-then-acquire lines up behind the waiting task."""
+    lock = Lock()
+    view = portal.lock(lock)
+    order: list[str] = []
+    gate = asyncio.Event()
+
+    async def task() -> None:
+        async with lock:
+            order.append("task")
+            await gate.wait()
+
+    def open_gate_once_the_thread_waits() -> None:
+        wait_until(lambda: on_loop(portal, lambda: any(
+            isinstance(w, ThreadWaiter) for w in lock._waiters)))
+        on_loop(portal, gate.set)
+
+    assert view.acquire()
+    fut = portal.start_task_soon(task)
+    wait_until(lambda: on_loop(portal, lambda: len(lock._waiters)) == 1)
+    view.release()
+    assert view.acquire(blocking=False) is False  # promised to (or held by) the task
+    opener = start_thread(open_gate_once_the_thread_waits)
+    with view:
+        order.append("thread")
+    fut.result(10)
+    opener.join(10)
+    assert order == ["task", "thread"]
+    assert not on_loop(portal, lock.locked)
+
+
+def test_blocking_semaphore_threading_api(portal: Portal) -> None:
+    """acquire(blocking, timeout) -> bool, release(), with; over-release raises in the thread."""
+    sem = BoundedSemaphore(1)
+    view = portal.semaphore(sem)
+    assert view.acquire(blocking=False) is True and view.locked()
+    assert view.acquire(timeout=0.01) is False
+    assert view.acquire(timeout=0) is False
+    view.release()
+    with pytest.raises(ValueError, match="too many"):
+        view.release()
+    with pytest.raises(ValueError, match="non-blocking"):
+        view.acquire(False, 1.0)
+    with pytest.raises(ValueError, match="timeout"):
+        view.acquire(timeout=-1)
+    with view:
+        assert on_loop(portal, sem.locked)
+    assert not on_loop(portal, sem.locked)
+    with pytest.raises(RuntimeError, match="not acquired"):
+        portal.lock(Lock()).release()
+    assert "BlockingSemaphore" in repr(view)
+
+
+# -- timeouts at every point of a hand-off -----------------------------------------------------
+
+
+def _hold_loop(portal: Portal) -> tuple[threading.Event, PortalFuture[None]]:
+    """Block the loop thread until the returned event is set (callbacks queue up meanwhile)."""
+    gate = threading.Event()
+    entered = threading.Event()
+
+    async def hold() -> None:
+        entered.set()
+        gate.wait(10)
+
+    fut = portal.start_task_soon(hold)
+    assert entered.wait(10)
+    return gate, fut
+
+
+def test_timeout_before_the_waiter_is_parked(portal: Portal) -> None:
+    """The thread times out before its park ran on the loop: nothing is queued, ever."""
+    sem = Semaphore(0)
+    gate, fut = _hold_loop(portal)
+    assert portal.semaphore(sem).acquire(timeout=0.01) is False
+    gate.set()
+    fut.result(10)
+    assert on_loop(portal, sem.statistics).waiting == 0
+    on_loop(portal, sem.release)
+    assert on_loop(portal, sem.statistics).value == 1
+
+
+def test_timeout_while_parked_then_release_skips_the_abandoned_waiter(portal: Portal) -> None:
+    """A release between the timeout and the undo skips the abandoned waiter: no permit lost."""
+    sem = Semaphore(0)
+    timed_out = threading.Event()
+
+    def acquire() -> None:
+        assert portal.semaphore(sem).acquire(timeout=0.05) is False
+        timed_out.set()
+
+    async def release_after_timeout() -> None:
+        timed_out.wait(10)  # the loop is held: the thread's undo callback waits behind us
+        sem.release()
+
+    wait_thread = start_thread(acquire)
+    wait_until(lambda: on_loop(portal, lambda: len(sem._waiters)) == 1)
+    portal.call(release_after_timeout)
+    wait_thread.join(10)
+    stats = on_loop(portal, sem.statistics)
+    assert (stats.value, stats.waiting) == (1, 0)
+
+
+def test_hand_off_that_wins_the_race_with_the_timeout_is_kept(portal: Portal) -> None:
+    """The loop wakes the waiter after its timeout expired but before it abandoned: the thread
+    gets the permit (True), which it then holds; nothing duplicated."""
+    sem = Semaphore(0)
+    result: list[bool] = []
+
+    def acquire() -> None:
+        result.append(portal.semaphore(sem).acquire(timeout=0.05))
+
+    async def wake_late() -> None:
+        (waiter,) = list(sem._waiters)
+        assert isinstance(waiter, ThreadWaiter)
+        with waiter.mutex:  # the thread's try_abandon waits for this
+            time.sleep(0.1)  # past the thread's timeout (a real-time race, forced)
+            sem.release()
+
+    t = start_thread(acquire)
+    wait_until(lambda: on_loop(portal, lambda: len(sem._waiters)) == 1)
+    portal.call(wake_late)
+    t.join(10)
+    assert result == [True]
+    stats = on_loop(portal, sem.statistics)
+    assert (stats.value, stats.waiting) == (0, 0)
+
+
+def test_channel_get_timeout_racing_sends_loses_nothing(portal: Portal) -> None:
+    """Thread gets with short timeouts race task sends: every value is received exactly once,
+    by the thread or left buffered, and no getter stays queued."""
+    ch: Channel[int] = Channel(1000)
+    view = portal.channel(ch)
+    received: list[int] = []
+    rng = random.Random(7)
+
+    async def send_later(i: int, delay: float) -> None:
+        await asyncio.sleep(delay)
+        ch.send_nowait(i)
+
+    for i in range(150):
+        fut = portal.start_task_soon(send_later, i, rng.uniform(0, 0.002))
+        try:
+            received.append(view.get(timeout=rng.uniform(0, 0.002)))
+        except TimeoutError:
+            pass
+        fut.result(10)
+    stats = on_loop(portal, ch.statistics)
+    assert stats.waiting_getters == 0
+    rest = on_loop(portal, lambda: [ch.get_nowait() for _ in range(len(ch))])
+    assert sorted(received + rest) == list(range(150))
+
+
+def test_channel_send_timeout_racing_gets_is_exactly_once(portal: Portal) -> None:
+    """Thread sends with short timeouts race task gets on an unbuffered channel: a send that
+    timed out was never received; one that returned was received exactly once."""
+    ch: Channel[int] = Channel()
+    view = portal.channel(ch)
+    sent: list[int] = []
+    got: list[int] = []
+    rng = random.Random(11)
+
+    async def get_later(delay: float) -> None:
+        await asyncio.sleep(delay)
+        try:
+            got.append(ch.get_nowait())
+        except WouldBlock:
+            pass
+
+    for i in range(150):
+        fut = portal.start_task_soon(get_later, rng.uniform(0, 0.002))
+        try:
+            view.send(i, timeout=rng.uniform(0, 0.002))
+            sent.append(i)
+        except TimeoutError:
+            pass
+        fut.result(10)
+    assert got == sent
+    assert on_loop(portal, ch.statistics).waiting_senders == 0
+
+
+# -- channels: mixed mode ----------------------------------------------------------------------
+
+
+def test_thread_senders_task_receivers_fifo_exactly_once(portal: Portal) -> None:
+    """Several thread senders, task receivers: each value once, each sender's order kept."""
+    ch: Channel[tuple[int, int]] = Channel(2)
+    view = portal.channel(ch)
+    per_sender = 200
+
+    def produce(sender: int) -> None:
+        for i in range(per_sender):
+            view.send((sender, i))
+
+    async def consume(n: int) -> list[tuple[int, int]]:
+        return [await ch.get() for _ in range(n)]
+
+    futs = [portal.start_task_soon(consume, 150) for _ in range(4)]
+    threads = [start_thread(produce, s) for s in range(3)]
+    for t in threads:
+        t.join(30)
+    values = [v for f in futs for v in f.result(30)]
+    assert sorted(values) == [(s, i) for s in range(3) for i in range(per_sender)]
+    for f in futs:
+        for s in range(3):
+            mine = [i for (sender, i) in f.result() if sender == s]
+            assert mine == sorted(mine)
+
+
+def test_task_senders_thread_receivers_and_close_ends_iteration(portal: Portal) -> None:
+    """Task senders, thread receivers iterating the view; close() ends every iteration."""
+    ch: Channel[int] = Channel()
+    view = portal.channel(ch)
+    results: list[list[int]] = [[], [], []]
+
+    def consume(k: int) -> None:
+        results[k].extend(view)
+
+    async def produce() -> None:
+        for i in range(300):
+            await ch.send(i)
+        ch.close()
+
+    threads = [start_thread(consume, k) for k in range(3)]
+    portal.call(produce)
+    for t in threads:
+        t.join(10)
+    assert sorted(v for r in results for v in r) == list(range(300))
+    assert all(r == sorted(r) for r in results)
+    with pytest.raises(ChannelClosed):
+        view.send(1)
+    with pytest.raises(ChannelClosed):
+        view.get()
+    with pytest.raises(ChannelClosed):
+        view.close()
+
+
+def test_channel_view_nowait_and_close_wakes_blocked_threads(portal: Portal) -> None:
+    """send_nowait/get_nowait raise WouldBlock; close() wakes a thread blocked in send."""
+    ch: Channel[int] = Channel(1)
+    view = portal.channel(ch)
+    view.send_nowait(1)
+    with pytest.raises(WouldBlock):
+        view.send_nowait(2)
+    errors: list[BaseException] = []
+
+    def blocked_send() -> None:
+        try:
+            view.send(2)
+        except ChannelClosed as exc:
+            errors.append(exc)
+
+    t = start_thread(blocked_send)
+    wait_until(lambda: on_loop(portal, ch.statistics).waiting_senders == 1)
+    view.close()
+    t.join(10)
+    assert len(errors) == 1
+    assert view.get_nowait() == 1
+    with pytest.raises(ChannelClosed):
+        view.get_nowait()
+    assert view.channel is ch and "BlockingChannel" in repr(view)
+
+
+def test_thread_blocked_in_select_is_woken_by_a_task(portal: Portal) -> None:
+    """A thread's select parks on both channels; a task's send completes exactly that case and
+    no registration is left on the other channel."""
+    a: Channel[str] = Channel()
+    b: Channel[str] = Channel()
+    get_b = Get(b)
+    results: list[object] = []
+    t = start_thread(lambda: results.append(portal.select(Get(a), get_b)))
+    wait_until(lambda: on_loop(portal, lambda: (a.statistics().waiting_getters,
+                                                b.statistics().waiting_getters)) == (1, 1))
+    portal.call(b.send, "hello")
+    t.join(10)
+    assert results == [GetResult(b, get_b, "hello")]
+    assert on_loop(portal, a.statistics).waiting_getters == 0
+
+
+def test_select_send_case_timeout_and_closed(portal: Portal) -> None:
+    """select returns SendResult for a ready send; times out leaving nothing; all-ignored
+    closed channels raise ChannelClosed."""
+    ch: Channel[int] = Channel(1)
+    op = Send(ch, 5)
+    assert portal.select(op) == SendResult(ch, op)
+    with pytest.raises(TimeoutError):
+        portal.select(Send(ch, 6), timeout=0.01)
+    assert on_loop(portal, ch.statistics).waiting_senders == 0
+    assert on_loop(portal, ch.get_nowait) == 5
+    on_loop(portal, ch.close)
+    with pytest.raises(ChannelClosed):
+        portal.select(Get(ch, ignore_on_closed=True))
+
+
+def test_two_loops_share_a_channel_through_portals() -> None:
+    """Tasks on two event loops in two threads exchange values through one channel: the
+    channel lives on portal A; loop B's tasks reach it with run_sync and A's blocking view."""
+    ch: Channel[int] = Channel()
+    with Portal(name="A") as a, Portal(name="B") as b:
+        view = a.channel(ch)
+
+        async def produce(start: int) -> None:
+            for i in range(start, start + 100):
+                await run_sync(view.send, i)
+
+        async def consume() -> list[int]:
+            return [await ch.get() for _ in range(200)]
+
+        got = a.start_task_soon(consume)
+        producers = [b.start_task_soon(produce, k * 100) for k in range(2)]
+        for f in producers:
+            f.result(30)
+        assert sorted(got.result(30)) == list(range(200))
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="pthread_kill")
+def test_ctrl_c_while_blocked_in_get_leaves_no_waiter(portal: Portal) -> None:
+    """SIGINT to a thread blocked in get: KeyboardInterrupt, and its getter leaves the queue."""
+    assert threading.current_thread() is threading.main_thread()
+    ch: Channel[int] = Channel()
+    main = threading.main_thread().ident
+    assert main is not None
+
+    def interrupt() -> None:
+        wait_until(lambda: ch.statistics().waiting_getters == 1)
+        signal.pthread_kill(main, signal.SIGINT)
+
+    t = start_thread(interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        portal.channel(ch).get(timeout=20)
+    t.join(10)
+    assert on_loop(portal, ch.statistics).waiting_getters == 0
+
+
+def test_idle_parked_thread_uses_no_cpu(portal: Portal) -> None:
+    """A thread parked in acquire blocks on a lock: the process burns ~no CPU meanwhile."""
+    sem = Semaphore(0)
+    t = start_thread(lambda: portal.semaphore(sem).acquire(timeout=5))
+    wait_until(lambda: on_loop(portal, lambda: len(sem._waiters)) == 1)
+    cpu = time.process_time()
+    time.sleep(0.3)  # a real-time measurement
+    used = time.process_time() - cpu
+    on_loop(portal, sem.release)
+    t.join(10)
+    assert used < 0.05, f"{used:.3f} s of CPU while parked"
+
+
+# -- task groups from a thread -----------------------------------------------------------------
+
+
+def test_task_group_waits_for_all_and_returns_futures(portal: Portal) -> None:
+    """Leaving the block waits for every task; create_task returns futures with results."""
+    async def later(x: int) -> int:
+        await asyncio.sleep(0.01)
+        return x
+
+    with portal.task_group() as tg:
+        futs = [tg.create_task(later, i) for i in range(5)]
+    assert [f.result(0) for f in futs] == list(range(5))
+    with pytest.raises(RuntimeError, match="not open"):
+        tg.create_task(later, 1)
+
+
+def test_task_group_errors_come_out_as_exception_group(portal: Portal) -> None:
+    """A failing task cancels its siblings; the thread gets an ExceptionGroup; token set."""
+    cancelled = threading.Event()
+
+    async def fail() -> None:
+        raise ValueError("x")
+
+    async def sibling() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    with pytest.raises(ExceptionGroup) as info, portal.task_group() as tg:
+        tg.create_task(sibling)
+        tg.create_task(fail)
+        assert tg.token.wait(10)
+    assert [type(e) for e in info.value.exceptions] == [ValueError] and cancelled.is_set()
+
+
+def test_task_group_block_error_cancels_tasks(portal: Portal) -> None:
+    """The block raising cancels the tasks; with no task errors, the block's exception."""
+    with pytest.raises(KeyError), portal.task_group() as tg:
+        fut = tg.create_task(asyncio.sleep, 30)
+        raise KeyError
+    assert fut.cancelled()
+
+
+def test_persistent_task_group_reports_and_keeps_siblings(portal: Portal) -> None:
+    """persistent=True: failures go to the handler, siblings keep running, no group raised."""
+    seen: list[BaseException] = []
+
+    async def fail() -> None:
+        raise ValueError("x")
+
+    with portal.task_group(persistent=True,
+                           exception_handler=lambda exc, task: seen.append(exc)) as tg:
+        bad = tg.create_task(fail)
+        good = tg.create_task(asyncio.sleep, 0.02, "ok")
+    assert good.result(0) == "ok" and isinstance(bad.exception(0), ValueError)
+    assert [type(e) for e in seen] == [ValueError]
+    with pytest.raises(TypeError, match="persistent"):
+        portal.task_group(exception_handler=lambda e, t: None)
+
+
+# -- run_sync ----------------------------------------------------------------------------------
+
+
+def test_run_sync_result_context_and_limiter() -> None:
+    """run_sync returns fn's result, copies contextvars, and the limiter bounds concurrency."""
+    active = 0
+    peak = 0
+    lock = threading.Lock()
+
+    def work() -> str:
+        nonlocal active, peak
+        with lock:
+            active += 1
+            peak = max(peak, active)
+        time.sleep(0.01)
+        with lock:
+            active -= 1
+        return var.get()
+
+    async def main() -> list[str]:
+        var.set("async")
+        limiter = Semaphore(2)
+        return list(await asyncio.gather(*(run_sync(work, limiter=limiter) for _ in range(6))))
+
+    assert asyncio.run(main()) == ["async"] * 6
+    assert peak == 2
+
+
+def test_run_sync_cancellation_waits_for_the_thread() -> None:
+    """Cancelling the awaiting task cancels the thread's token and waits for the thread to
+    finish before CancelledError propagates."""
+    finished = threading.Event()
+
+    def worker() -> None:
+        token = CancelToken.current()
+        assert token is not None
+        assert token.wait(10)
+        time.sleep(0.02)
+        finished.set()
+
+    async def main() -> None:
+        task = asyncio.create_task(run_sync(worker))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert finished.is_set()
+
+    asyncio.run(main())
+
+
+def test_run_sync_abandon_on_cancel_returns_at_once() -> None:
+    """abandon_on_cancel=True: the cancellation propagates while the thread still runs."""
+    release = threading.Event()
+    done = threading.Event()
+
+    def worker() -> None:
+        release.wait(10)
+        done.set()
+
+    async def main() -> None:
+        task = asyncio.create_task(run_sync(worker, abandon_on_cancel=True))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not done.is_set()
+
+    asyncio.run(main())
+    release.set()
+    assert done.wait(10)
+
+
+def test_run_sync_reraises_and_rejects_non_callables() -> None:
+    """Exceptions from fn are raised in the task; a non-callable is a TypeError."""
+    async def main() -> None:
+        with pytest.raises(ZeroDivisionError):
+            await run_sync(lambda: 1 / 0)
+        with pytest.raises(TypeError, match="fn"):
+            await run_sync(3)  # type: ignore[arg-type]
+
+    asyncio.run(main())
+
+
+def _unused(*_: Any) -> None:  # keeps imports used in type positions only
+    return None
