@@ -6,12 +6,17 @@ package for the duration of each test runs the stdlib tests against our classes
 (`asyncio.locks.Lock` is left alone: `asyncio.Condition` builds its default lock from it).
 Tests that inspect asyncio's private structure in a way a different design cannot match are
 skipped, each with its reason and the test of ours that pins the same behaviour black-box.
+
+On 3.12 and 3.13 both classes run a second time with ``asyncio.eager_task_factory`` on every
+loop (tasks start inside ``create_task``): ours passes all the others there too, while asyncio's
+own Lock fails ``test_finished_waiter_cancelled`` under it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
+import sys
 import types
 import unittest
 from typing import Any
@@ -67,18 +72,49 @@ class _Patched:
                 setattr(asyncio, name, cls)
 
 
-def _make(base_name: str) -> type[unittest.TestCase]:
+class _EagerPolicy(asyncio.DefaultEventLoopPolicy):
+    """Every new loop gets the 3.12+ eager task factory (IsolatedAsyncioTestCase makes one per
+    test through the policy)."""
+
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        loop = super().new_event_loop()
+        loop.set_task_factory(asyncio.eager_task_factory)  # type: ignore[attr-defined]
+        return loop
+
+
+class _Eager:
+    """Mixin: runs each test on loops with the eager task factory."""
+
+    def run(self, result: Any = None) -> Any:
+        asyncio.set_event_loop_policy(_EagerPolicy())
+        try:
+            return super().run(result)  # type: ignore[misc]
+        finally:
+            asyncio.set_event_loop_policy(None)
+
+
+def _make(base_name: str, *mixins: type, suffix: str = "") -> type[unittest.TestCase]:
     base = getattr(_stdlib, base_name)
     namespace: dict[str, Any] = {"__module__": __name__, "__doc__": (
-        f"CPython's {base_name} with asyncio's classes rebound to executors.aio's.")}
+        f"CPython's {base_name} with asyncio's classes rebound to executors.aio's{suffix}.")}
     for attr, reason in _SKIPS.items():
         if hasattr(base, attr):
             namespace[attr] = unittest.skip(reason)(getattr(base, attr))
-    return type(f"TestCPython{base_name}", (_Patched, base), namespace)
+    name = f"TestCPython{base_name}{'Eager' if mixins else ''}"
+    return type(name, (*mixins, _Patched, base), namespace)
 
 
 TestCPythonLockTests = _make("LockTests")
 TestCPythonSemaphoreTests = _make("SemaphoreTests")
+if sys.version_info >= (3, 12):
+    _EAGER = ", on loops with the eager task factory"
+    TestCPythonLockTestsEager = _make("LockTests", _Eager, suffix=_EAGER)
+    TestCPythonSemaphoreTestsEager = _make("SemaphoreTests", _Eager, suffix=_EAGER)
+
+
+def tearDownModule() -> None:
+    """The stdlib module resets the event loop policy after its tests; so do we."""
+    asyncio.set_event_loop_policy(None)
 
 
 def test_patching_reaches_the_stdlib_module() -> None:
@@ -92,3 +128,13 @@ def test_patching_reaches_the_stdlib_module() -> None:
     finally:
         case.tearDown()
     assert asyncio.Semaphore is not ours.Semaphore
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="eager_task_factory is new in 3.12")
+def test_eager_policy_installs_the_factory() -> None:
+    """The eager run really runs eagerly: loops from its policy carry eager_task_factory."""
+    loop = _EagerPolicy().new_event_loop()
+    try:
+        assert loop.get_task_factory() is asyncio.eager_task_factory  # type: ignore[attr-defined]
+    finally:
+        loop.close()
