@@ -1,5 +1,8 @@
 """CPython's own `test.test_asyncio.test_locks` LockTests and SemaphoreTests, run against ours.
 
+(And ConditionTests, whose tests that build ``asyncio.Condition(asyncio.Lock())`` then run
+asyncio's Condition over our Lock.)
+
 The stdlib test module calls ``asyncio.Lock()``, ``asyncio.Semaphore(...)`` and
 ``asyncio.BoundedSemaphore()`` at test time, so rebinding those three names on the `asyncio`
 package for the duration of each test runs the stdlib tests against our classes
@@ -44,6 +47,11 @@ _SKIPS = {
         "indexes asyncio's private deque of futures (lock._waiters[0].cancelled()) and asserts "
         "asyncio's locked() == False while the lock is handed to a woken task (gh-138121); ours "
         "is deliberately True then. Pinned black-box by test_locks.py::test_lock_cancel_race"
+    ),
+    "test_ambiguous_loops": (
+        "(ConditionTests) sets lock._loop and expects asyncio's loop binding ('is bound to a "
+        "different event loop'); ours is deliberately not bound to a loop. Pinned by "
+        "test_locks.py::test_not_bound_to_the_first_event_loop"
     ),
     "test_acquire_fifo_order_4": (
         "asserts len(sem._waiters) == 3 with the woken task still in asyncio's deque; ours "
@@ -106,6 +114,8 @@ def _make(base_name: str, *mixins: type, suffix: str = "") -> type[unittest.Test
 
 TestCPythonLockTests = _make("LockTests")
 TestCPythonSemaphoreTests = _make("SemaphoreTests")
+# asyncio.Condition over our Lock (the tests that pass asyncio.Lock() to Condition use ours).
+TestCPythonConditionTests = _make("ConditionTests")
 if sys.version_info >= (3, 12):
     _EAGER = ", on loops with the eager task factory"
     TestCPythonLockTestsEager = _make("LockTests", _Eager, suffix=_EAGER)
