@@ -598,31 +598,41 @@ class Portal:
             waiter.try_fail(_shutdown_error())
             return
         try:
-            task = self._new_task(fn, args, context, None)
+            task = self._new_task(self._deliver, (waiter, fn, args, context), context, None)
         except BaseException as exc:
             waiter.try_fail(exc)
             return
-        if task.done():
-            self._call_done(waiter, task)
-            return
-        waiter.abort = task.cancel
-        self._tasks.add(task)
-        task.add_done_callback(partial(self._call_done, waiter))
+        if not task.done():  # (3.12+: a trivial callee finished inside the constructor)
+            waiter.abort = task.cancel
+            self._tasks.add(task)
 
-    def _call_done(self, waiter: ThreadWaiter, task: asyncio.Task[object]) -> None:
-        self._tasks.discard(task)
-        if task.cancelled():
+    async def _deliver(
+        self,
+        waiter: ThreadWaiter,
+        fn: Callable[..., Awaitable[object]],
+        args: tuple[object, ...],
+        context: contextvars.Context,
+    ) -> None:
+        # The outcome goes to the caller from inside the task's own step: no done-callback,
+        # so no extra loop iteration on the round trip.
+        try:
+            awaitable = fn(*args)
+            if not inspect.isawaitable(awaitable):
+                raise TypeError(f"fn must return an awaitable (pass an async function), got "
+                                f"{type(awaitable).__name__}")
+            result = await awaitable
+        except asyncio.CancelledError:
             waiter.try_fail(_shutdown_error() if self._closing else FutureCancelledError(
                 "the portal call's task was cancelled"))
-            return
-        error = task.exception()  # also marks it retrieved
-        try:
-            if error is not None:
-                waiter.try_fail(error)
-            else:
-                waiter.try_wake(task.result())
+            raise
+        except BaseException as exc:
+            # Raised in the caller, not on the loop: a KeyboardInterrupt or SystemExit let out
+            # of a task would also stop the loop (gh-102572).
+            waiter.try_fail(exc)
+        else:
+            waiter.try_wake(result)
         finally:
-            error = None
+            self._tasks.discard(asyncio.current_task())  # type: ignore[arg-type,unused-ignore]
 
     def start_task_soon(
         self,

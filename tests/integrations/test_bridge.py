@@ -496,7 +496,7 @@ def test_hand_off_that_wins_the_race_with_the_timeout_is_kept(portal: Portal) ->
         (waiter,) = list(sem._waiters)
         assert isinstance(waiter, ThreadWaiter)
         with waiter.mutex:  # the thread's try_abandon waits for this
-            time.sleep(0.1)  # past the thread's timeout (a real-time race, forced)
+            time.sleep(0.1)  # noqa: ASYNC251 (holds the loop past the thread's timeout on purpose)
             sem.release()
 
     t = start_thread(acquire)

@@ -1,0 +1,327 @@
+"""The bridge: thread->loop round trips, thread<->task messaging, thread+task semaphore contention.
+
+Measures, interleaved round by round (the harness's rule: ratios, never lone absolute times):
+
+- round trip of a trivial coroutine from a plain thread to a loop thread and back: ours
+  (`Portal.call`), ``asyncio.run_coroutine_threadsafe(...).result()`` **on the same loop** (the
+  research addendum's method: against a second loop thread the ratio mostly measures which CPU
+  each thread landed on), anyio's ``BlockingPortal.call`` and asgiref's ``async_to_sync`` from a
+  plain thread (which starts a loop per call; fewer calls per round);
+- messages from a plain thread to a task, and from a task to a plain thread, through a bounded
+  queue of 64: ours (an `executors.aio.Channel(64)` and its `Portal.channel` view), janus
+  (``sync_q``/``async_q``) and culsans;
+- thread+task contention: 4 threads and 4 tasks take turns on one semaphore of 2 permits (tasks
+  hold it across one ``sleep(0)``): ours (`executors.aio.Semaphore` and `Portal.semaphore`,
+  one strict FIFO for threads and tasks) and aiologic's ``Semaphore`` (usable from both sides).
+
+The loop side of every contender runs on one portal loop thread (anyio: its own portal thread).
+
+Run: ``python -m benchmarks.bridge [--quick]`` or ``executors bench bridge``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiologic
+import culsans
+import janus
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+from asgiref.sync import async_to_sync
+
+from benchmarks._harness import OURS, Metric, run_area
+from executors import ThreadGroup
+from executors.aio import Channel, Semaphore
+from integrations.bridge import Portal
+
+__all__ = ("main", "metrics")
+
+Sample = Callable[[], float]
+
+_resources = contextlib.ExitStack()
+_state: dict[str, Any] = {}
+
+
+def _portal() -> Portal:
+    if "portal" not in _state:
+        _state["portal"] = _resources.enter_context(Portal(name="bench-portal"))
+    portal: Portal = _state["portal"]
+    return portal
+
+
+def _anyio_portal() -> BlockingPortal:
+    if "anyio" not in _state:
+        _state["anyio"] = _resources.enter_context(start_blocking_portal("asyncio"))
+    anyio_portal: BlockingPortal = _state["anyio"]
+    return anyio_portal
+
+
+async def noop() -> None:
+    return None
+
+
+# -- round trip ----------------------------------------------------------------------------------
+
+
+def round_trip_ours(n: int) -> Sample:
+    def sample() -> float:
+        call = _portal().call
+        start = time.perf_counter()
+        for _ in range(n):
+            call(noop)
+        return (time.perf_counter() - start) / n * 1e6
+
+    return sample
+
+
+def round_trip_rcts(n: int) -> Sample:
+    def sample() -> float:
+        loop = _portal().loop
+        submit = asyncio.run_coroutine_threadsafe
+        start = time.perf_counter()
+        for _ in range(n):
+            submit(noop(), loop).result()
+        return (time.perf_counter() - start) / n * 1e6
+
+    return sample
+
+
+def round_trip_anyio(n: int) -> Sample:
+    def sample() -> float:
+        call = _anyio_portal().call
+        start = time.perf_counter()
+        for _ in range(n):
+            call(noop)
+        return (time.perf_counter() - start) / n * 1e6
+
+    return sample
+
+
+def round_trip_asgiref(n: int) -> Sample:
+    def sample() -> float:
+        fn = async_to_sync(noop)
+        start = time.perf_counter()
+        for _ in range(n):
+            fn()
+        return (time.perf_counter() - start) / n * 1e6
+
+    return sample
+
+
+# -- messaging -----------------------------------------------------------------------------------
+
+QUEUE_SIZE = 64
+
+
+def thread_to_task_ours(n: int) -> Sample:
+    def sample() -> float:
+        portal = _portal()
+        ch: Channel[int] = Channel(QUEUE_SIZE)
+        send = portal.channel(ch).send
+
+        async def consume() -> None:
+            get = ch.get
+            for _ in range(n):
+                await get()
+
+        start = time.perf_counter()
+        done = portal.start_task_soon(consume)
+        for i in range(n):
+            send(i)
+        done.result()
+        return n / (time.perf_counter() - start)
+
+    return sample
+
+
+def task_to_thread_ours(n: int) -> Sample:
+    def sample() -> float:
+        portal = _portal()
+        ch: Channel[int] = Channel(QUEUE_SIZE)
+        get = portal.channel(ch).get
+
+        async def produce() -> None:
+            send = ch.send
+            for i in range(n):
+                await send(i)
+
+        start = time.perf_counter()
+        done = portal.start_task_soon(produce)
+        for _ in range(n):
+            get()
+        elapsed = time.perf_counter() - start
+        done.result()
+        return n / elapsed
+
+    return sample
+
+
+class _MixedQueue:
+    """janus and culsans expose the same sync_q / async_q pair."""
+
+    sync_q: Any
+    async_q: Any
+
+
+def _make_queue(kind: str) -> Any:
+    async def make() -> Any:
+        if kind == "janus":
+            return janus.Queue(QUEUE_SIZE)  # binds to the running loop
+        return culsans.Queue(QUEUE_SIZE)
+
+    return _portal().call(make)
+
+
+async def _close_queue(queue: Any) -> None:
+    close = getattr(queue, "aclose", None)
+    if close is not None:
+        await close()
+
+
+def thread_to_task_peer(kind: str, n: int) -> Sample:
+    def sample() -> float:
+        portal = _portal()
+        queue = _make_queue(kind)
+        put = queue.sync_q.put
+        get = queue.async_q.get
+
+        async def consume() -> None:
+            for _ in range(n):
+                await get()
+
+        start = time.perf_counter()
+        done = portal.start_task_soon(consume)
+        for i in range(n):
+            put(i)
+        done.result()
+        elapsed = time.perf_counter() - start
+        portal.call(_close_queue, queue)
+        return n / elapsed
+
+    return sample
+
+
+def task_to_thread_peer(kind: str, n: int) -> Sample:
+    def sample() -> float:
+        portal = _portal()
+        queue = _make_queue(kind)
+        put = queue.async_q.put
+        get = queue.sync_q.get
+
+        async def produce() -> None:
+            for i in range(n):
+                await put(i)
+
+        start = time.perf_counter()
+        done = portal.start_task_soon(produce)
+        for _ in range(n):
+            get()
+        elapsed = time.perf_counter() - start
+        done.result()
+        portal.call(_close_queue, queue)
+        return n / elapsed
+
+    return sample
+
+
+# -- semaphore contention ------------------------------------------------------------------------
+
+THREADS, TASKS, PERMITS = 4, 4, 2
+
+
+def contention_ours(iters: int) -> Sample:
+    def sample() -> float:
+        portal = _portal()
+        sem = Semaphore(PERMITS)
+        view = portal.semaphore(sem)
+
+        async def task() -> None:
+            for _ in range(iters):
+                async with sem:
+                    await asyncio.sleep(0)
+
+        def thread() -> None:
+            for _ in range(iters):
+                with view:
+                    pass
+
+        start = time.perf_counter()
+        with ThreadGroup() as group:
+            futures = [portal.start_task_soon(task) for _ in range(TASKS)]
+            for _ in range(THREADS):
+                group.start(thread)
+        for f in futures:
+            f.result()
+        return (THREADS + TASKS) * iters / (time.perf_counter() - start)
+
+    return sample
+
+
+def contention_aiologic(iters: int) -> Sample:
+    def sample() -> float:
+        portal = _portal()
+        sem = aiologic.Semaphore(PERMITS)
+
+        async def task() -> None:
+            for _ in range(iters):
+                async with sem:
+                    await asyncio.sleep(0)
+
+        def thread() -> None:
+            for _ in range(iters):
+                with sem:
+                    pass
+
+        start = time.perf_counter()
+        with ThreadGroup() as group:
+            futures = [portal.start_task_soon(task) for _ in range(TASKS)]
+            for _ in range(THREADS):
+                group.start(thread)
+        for f in futures:
+            f.result()
+        return (THREADS + TASKS) * iters / (time.perf_counter() - start)
+
+    return sample
+
+
+def metrics(quick: bool) -> list[Metric]:
+    calls = 300 if quick else 3_000
+    slow_calls = 30 if quick else 300
+    messages = 2_000 if quick else 20_000
+    iters = 100 if quick else 1_000
+    return [
+        Metric("thread->loop round trip", "us/call", "lower", {
+            OURS: round_trip_ours(calls),
+            "run_coroutine_threadsafe": round_trip_rcts(calls),
+            "anyio BlockingPortal": round_trip_anyio(calls),
+            "asgiref async_to_sync": round_trip_asgiref(slow_calls),
+        }, note="trivial coroutine; run_coroutine_threadsafe on the same loop as ours"),
+        Metric("thread->task messages", "msgs/s", "higher", {
+            OURS: thread_to_task_ours(messages),
+            "janus": thread_to_task_peer("janus", messages),
+            "culsans": thread_to_task_peer("culsans", messages),
+        }, note=f"bounded queue of {QUEUE_SIZE}; ours: Channel({QUEUE_SIZE}) + Portal.channel"),
+        Metric("task->thread messages", "msgs/s", "higher", {
+            OURS: task_to_thread_ours(messages),
+            "janus": task_to_thread_peer("janus", messages),
+            "culsans": task_to_thread_peer("culsans", messages),
+        }, note=f"bounded queue of {QUEUE_SIZE}"),
+        Metric("thread+task semaphore contention", "acquisitions/s", "higher", {
+            OURS: contention_ours(iters),
+            "aiologic": contention_aiologic(iters),
+        }, note=f"{THREADS} threads + {TASKS} tasks on {PERMITS} permits; ours is strict FIFO "
+                "across threads and tasks"),
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    with _resources:
+        run_area("bridge", metrics, argv)
+
+
+if __name__ == "__main__":
+    main()
