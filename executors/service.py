@@ -79,7 +79,7 @@ class JobStatistics:
     #: How late the last run started after its due time (seconds), and the worst so far.
     lateness: float | None
     max_lateness: float
-    #: Runs that ended after the next run was due; and due runs skipped by ``overrun="skip"``.
+    #: Runs that lasted longer than the interval; and due runs skipped by ``overrun="skip"``.
     overruns: int
     skipped: int
     wake_requests: int
@@ -442,8 +442,9 @@ class BackgroundService:
         (or the service started), each later one `interval` after the previous *due* time, so
         lateness does not accumulate; `jitter` adds a random ``[0, jitter]`` to each due time
         (not to the grid), to spread jobs that would otherwise run in a burst. A job never
-        runs concurrently with itself. A run that ends after the next due time is an
-        *overrun*, counted in its statistics; the next run is then, by `overrun` policy:
+        runs concurrently with itself. A run that lasts longer than `interval` is an
+        *overrun*, counted in its statistics. When a run ends after the next due time (an
+        overrun, or a late start on a saturated pool), the next run is, by `overrun` policy:
 
         - ``"skip"`` (default): the missed due times are skipped (counted) and the job runs at
           the next grid time after the overrun ended;
@@ -539,6 +540,7 @@ class BackgroundService:
         self._fork_policy: ForkPolicy = fork_policy
         self._random = random.Random()
         self._jobs: dict[str, Job] = {}
+        self._name_counts: dict[str, int] = {}
         self._seq = itertools.count()
         self._generation = 0
         self._job_runs = 0
@@ -797,10 +799,13 @@ class BackgroundService:
                 raise ShutdownError(f"{self._name} was shut down: cannot add a job")
             if name is None:
                 base = getattr(fn, "__qualname__", None) or type(fn).__name__
-                name, n = base, 1
+                # A counter per base name keeps adding many jobs of one function O(1) each.
+                n = self._name_counts.get(base, 0)
+                name = base if n == 0 else f"{base}#{n + 1}"
                 while name in self._jobs:
                     n += 1
-                    name = f"{base}#{n}"
+                    name = f"{base}#{n + 1}"
+                self._name_counts[base] = n + 1
             elif name in self._jobs:
                 raise ValueError(f"a job named {name!r} already exists in {self._name}")
             job = Job(_NO_PUBLIC_CONSTRUCTOR, self, fn, args, name, interval, min_interval,
@@ -866,10 +871,10 @@ class BackgroundService:
             return
         exc = future.exception()
         if exc is not None:
-            self._submissions_failed += 1
-            self._last_submission_error = f"{type(exc).__name__}: {exc}"
             logger.error("%s: submitted work raised", self._name,
                          exc_info=(type(exc), exc, exc.__traceback__))
+            self._submissions_failed += 1
+            self._last_submission_error = f"{type(exc).__name__}: {exc}"
 
     # -- status -----------------------------------------------------------------------------
 
@@ -938,6 +943,8 @@ class BackgroundService:
             job._paused = False
             if self._started and not self._closing and not job._cancelled:
                 job._executor.open()
+                # A thread kept from before the pause sleeps until its next due time.
+                job._executor.wake()
             return
         with self._lock:
             if not job._paused:
@@ -999,10 +1006,15 @@ class BackgroundService:
             now = clock.monotonic()
             due_jobs: list[Job] = []
             with lock:
-                while heap and heap[0][0] <= now:
-                    _, _, token, job = heapq.heappop(heap)
+                while heap:
+                    due, _, token, job = heap[0]
+                    if token == job._token and due > now:
+                        break
+                    heapq.heappop(heap)
                     if token != job._token:
-                        continue  # stale entry: rescheduled, paused or cancelled since
+                        # Stale (rescheduled, paused or cancelled since): dropped here, so
+                        # the scheduler never wakes for a deadline that no longer exists.
+                        continue
                     job._running = True
                     due_jobs.append(job)
                 self._in_flight += len(due_jobs)
@@ -1097,7 +1109,8 @@ class BackgroundService:
             with self._lock:
                 job._running = False
                 self._in_flight -= 1
-            if self._lockstep:
+                nudge = self._lockstep and not self._in_flight
+            if nudge:
                 self._messages.put(_NUDGE)
             return
         job._wake_requested = False  # a wake from now on asks for another run
@@ -1116,10 +1129,12 @@ class BackgroundService:
         if exc is not None:
             self._job_errors += 1
             del exc
-        nudge = self._lockstep
         with self._lock:
             job._running = False
             self._in_flight -= 1
+            # A test clock's scheduler waits for the runs in flight: wake it when the last
+            # ends (time stands still meanwhile, so nothing else can fall due but at once).
+            nudge = self._lockstep and not self._in_flight
             job._last_nominal = due
             if not (job._cancelled or job._paused or job._stopped or self._closing):
                 nominal = self._next_nominal(job, due, start, end)
@@ -1129,7 +1144,8 @@ class BackgroundService:
                     at = max(end, start + job._min_interval)
                     if at < job._due:  # type: ignore[operator]
                         self._schedule(job, at, end, jitter=False)
-                nudge = nudge or job._due < self._sleep_until  # type: ignore[operator]
+                due_at: float = job._due  # type: ignore[assignment]
+                nudge = nudge or due_at < self._sleep_until or (self._lockstep and due_at <= end)
         if nudge:
             self._messages.put(_NUDGE)
 
@@ -1141,10 +1157,11 @@ class BackgroundService:
             return start + job._backoff_delay()  # the grid restarts after the backoff
         if interval == 0:
             return end
+        if end - start > interval:
+            job._overruns += 1
         nxt = due + interval
         if end <= nxt:
             return nxt
-        job._overruns += 1
         if job._overrun == "catch_up":
             return nxt
         # skip: the first grid time after the overrun ended.

@@ -1,0 +1,682 @@
+"""BackgroundService: schedules on a virtual clock, the pool bound, errors, shutdown, exit, fork."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextvars
+import gc
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from executors import BackgroundService, Job, ShutdownError
+from executors.testing import VirtualClock, wait_until
+
+
+@pytest.fixture
+def services() -> Iterator[list[BackgroundService]]:
+    made: list[BackgroundService] = []
+    yield made
+    for svc in made:
+        report = svc.shutdown(5)
+        assert report.completed, report
+
+
+def virtual(services: list[BackgroundService], **kwargs: object) -> tuple[
+        BackgroundService, VirtualClock]:
+    clock = VirtualClock()
+    svc = BackgroundService("test", clock=clock, **kwargs)  # type: ignore[arg-type]
+    services.append(svc)
+    return svc, clock
+
+
+def sleeps_until(svc: BackgroundService, clock: VirtualClock, deadline: float) -> None:
+    """Wait until the scheduler sleeps on the clock with `deadline` (it has seen a change)."""
+    def check() -> bool:
+        entry = clock._sleepers.get(svc._scheduler)  # type: ignore[arg-type]
+        return entry is not None and abs(entry[0] - deadline) < 1e-9
+    wait_until(check, 5, message=f"scheduler not sleeping until {deadline}: {clock!r}")
+
+
+class Recorder:
+    """A job body that records the clock time of each run."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        self.clock = clock
+        self.times: list[float] = []
+
+    def __call__(self) -> None:
+        self.times.append(self.clock.monotonic())
+
+
+# -- schedules on a virtual clock (no real sleeping) -------------------------------------
+
+
+def test_runs_in_order_on_a_grid(services: list[BackgroundService]) -> None:
+    """Each job runs at delay + k*interval; advance() returns with every due run done."""
+    svc, clock = virtual(services)
+    order: list[tuple[str, float]] = []
+    svc.every(10, lambda: order.append(("a", clock.monotonic())), name="a")
+    svc.every(3, lambda: order.append(("b", clock.monotonic())), name="b", delay=1)
+    svc.start()
+    clock.wait_for_sleepers(1)
+    clock.advance(25)
+    assert order == [("a", 0.0), ("b", 1.0), ("b", 4.0), ("b", 7.0), ("a", 10.0), ("b", 10.0),
+                     ("b", 13.0), ("b", 16.0), ("b", 19.0), ("a", 20.0), ("b", 22.0),
+                     ("b", 25.0)]
+    a = svc.jobs[0].statistics()
+    assert (a.runs, a.last_run_at, a.next_run_at, a.next_run_in) == (3, 20.0, 30.0, 5.0)
+    assert a.max_lateness == 0.0 and a.state == "scheduled"
+
+
+def test_job_added_to_running_service_starts_at_once(services: list[BackgroundService]) -> None:
+    """every() on a running service schedules the job relative to now."""
+    svc, clock = virtual(services)
+    svc.start()
+    clock.wait_for_sleepers(1)
+    clock.advance(7)
+    rec = Recorder(clock)
+    svc.every(5, rec, delay=2)
+    sleeps_until(svc, clock, 9.0)
+    clock.advance(10)
+    assert rec.times == [9.0, 14.0]
+
+
+def test_wake_is_throttled_by_min_interval(services: list[BackgroundService]) -> None:
+    """wake() runs the job at once, or min_interval after the last start; the grid restarts."""
+    svc, clock = virtual(services)
+    rec = Recorder(clock)
+    job = svc.every(10, rec, min_interval=2)
+    svc.start()
+    clock.wait_for_sleepers(1)
+    clock.advance(0.5)
+    job.wake()
+    sleeps_until(svc, clock, 2.0)
+    clock.advance(4.5)  # now 5
+    job.wake()
+    sleeps_until(svc, clock, 15.0)
+    clock.advance(10)
+    assert rec.times == [0.0, 2.0, 5.0, 15.0]
+    assert job.statistics().wake_requests == 2
+
+
+def test_wake_during_run_is_served_after_it(services: list[BackgroundService]) -> None:
+    """A wake that arrives while the job runs is not lost: one more run follows."""
+    svc, clock = virtual(services)
+    rec = Recorder(clock)
+    box: list[Job] = []
+
+    def body() -> None:
+        rec()
+        if len(rec.times) == 1:
+            box[0].wake()
+
+    box.append(svc.every(10, body, min_interval=1))
+    svc.start()
+    clock.wait_for_sleepers(1)
+    clock.advance(5)
+    assert rec.times == [0.0, 1.0]
+
+
+@pytest.mark.parametrize("jitter", [0.5, 3.0])
+def test_jitter_stays_within_bounds(services: list[BackgroundService], jitter: float) -> None:
+    """Each run is due at its grid time plus a random [0, jitter]; the grid does not drift."""
+    svc, clock = virtual(services)
+    recs = [Recorder(clock) for _ in range(20)]
+    for rec in recs:
+        svc.every(10, rec, jitter=jitter)
+    svc.start()
+    clock.wait_for_sleepers(1)
+    clock.advance(100)
+    spread = set()
+    for rec in recs:
+        assert len(rec.times) == 10
+        for k, t in enumerate(rec.times):
+            assert 10 * k <= t <= 10 * k + jitter
+            spread.add(t)
+    assert len(spread) > 20  # the runs really are spread
+
+
+def test_pause_and_resume(services: list[BackgroundService]) -> None:
+    """A paused job does not run; on resume it runs at once if a run fell due meanwhile."""
+    svc, clock = virtual(services)
+    rec = Recorder(clock)
+    job = svc.every(10, rec)
+    svc.start()
+    clock.wait_for_sleepers(1)
+    job.pause()
+    assert job.statistics().state == "paused"
+    assert job.statistics().next_run_at is None
+    clock.advance(35)
+    assert rec.times == [0.0]
+    job.resume()
+    sleeps_until(svc, clock, 45.0)
+    clock.advance(10)
+    assert rec.times == [0.0, 35.0, 45.0]
+
+
+def test_update_interval_reschedules(services: list[BackgroundService]) -> None:
+    """update_interval() moves the next run to last due time + new interval, at once."""
+    svc, clock = virtual(services)
+    rec = Recorder(clock)
+    job = svc.every(10, rec)
+    svc.start()
+    clock.wait_for_sleepers(1)
+    clock.advance(1)
+    job.update_interval(4)
+    sleeps_until(svc, clock, 4.0)
+    clock.advance(7)
+    assert rec.times == [0.0, 4.0, 8.0]
+
+
+@pytest.mark.parametrize(("overrun", "expected", "skipped"), [
+    ("skip", [0.0, 30.0, 40.0], 2),
+    ("catch_up", [0.0, 25.0, 25.0, 30.0, 40.0], 0),
+])
+def test_overrun_policy(services: list[BackgroundService], overrun: str,
+                        expected: list[float], skipped: int) -> None:
+    """A run that takes 25 s of a 10 s interval: skip to the grid, or run the missed ones."""
+    svc, clock = virtual(services)
+    rec = Recorder(clock)
+
+    def body() -> None:
+        rec()
+        if len(rec.times) == 1:
+            clock.advance(25, settle=False)  # this run "takes" 25 s
+
+    job = svc.every(10, body, overrun=overrun)  # type: ignore[call-overload]
+    svc.start()
+    clock.wait_for_sleepers(1)
+    clock.advance(15)
+    assert rec.times == expected
+    stats = job.statistics()
+    assert stats.overruns == 1 and stats.skipped == skipped
+    assert stats.max_lateness == (15.0 if overrun == "catch_up" else 0.0)
+
+
+def test_error_policy_continue_logs_and_counts(services: list[BackgroundService],
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    """on_error='continue': every error is logged with its traceback and counted."""
+    svc, clock = virtual(services)
+
+    def broken() -> None:
+        raise ValueError("boom")
+
+    job = svc.every(10, broken)
+    with caplog.at_level(logging.ERROR, logger="executors.service"):
+        svc.start()
+        clock.wait_for_sleepers(1)
+        clock.advance(20)
+    s = job.statistics()
+    assert (s.runs, s.errors, s.consecutive_errors, s.state) == (3, 3, 3, "scheduled")
+    assert s.last_error == "ValueError: boom"
+    assert len([r for r in caplog.records if r.exc_info]) == 3
+    assert svc.statistics().job_errors == 3
+    assert svc.status().healthy
+
+
+def test_error_policy_stop(services: list[BackgroundService],
+                           caplog: pytest.LogCaptureFixture) -> None:
+    """on_error='stop': the job stops at its first error and the service reports unhealthy."""
+    svc, clock = virtual(services)
+    calls: list[float] = []
+
+    def broken() -> None:
+        calls.append(clock.monotonic())
+        raise RuntimeError("down")
+
+    job = svc.every(10, broken, on_error="stop")
+    with caplog.at_level(logging.ERROR, logger="executors.service"):
+        svc.start()
+        clock.wait_for_sleepers(1)
+        clock.advance(50)
+    assert calls == [0.0]
+    assert job.statistics().state == "failed"
+    status = svc.status()
+    assert not status.healthy
+    assert "stopping" in caplog.text
+
+
+def test_error_policy_backoff(services: list[BackgroundService],
+                              caplog: pytest.LogCaptureFixture) -> None:
+    """on_error='backoff': delays double after each error in a row, capped; success resets."""
+    svc, clock = virtual(services)
+    calls: list[float] = []
+
+    def flaky() -> None:
+        calls.append(clock.monotonic())
+        if len(calls) <= 4:
+            raise ConnectionError("retry")
+
+    job = svc.every(1, flaky, on_error="backoff", backoff_max=5)
+    with caplog.at_level(logging.ERROR, logger="executors.service"):
+        svc.start()
+        clock.wait_for_sleepers(1)
+        clock.advance(20)
+    # errors at 0, 2 (+2), 6 (+4), 11 (+5 capped), success at 16, then every 1 s
+    assert calls[:7] == [0.0, 2.0, 6.0, 11.0, 16.0, 17.0, 18.0]
+    assert job.statistics().consecutive_errors == 0
+
+
+def test_cancel_removes_job(services: list[BackgroundService]) -> None:
+    """cancel() ends the job for good and it leaves jobs and status()."""
+    svc, clock = virtual(services)
+    rec = Recorder(clock)
+    job = svc.every(10, rec)
+    svc.start()
+    clock.wait_for_sleepers(1)
+    job.cancel()
+    wait_until(lambda: not svc.jobs)
+    clock.advance(30)
+    assert rec.times == [0.0]
+    assert job.statistics().state == "cancelled"
+    assert svc.status().jobs == ()
+
+
+def test_decorator_form(services: list[BackgroundService]) -> None:
+    """@svc.every(...) schedules the function and returns its Job."""
+    svc, clock = virtual(services)
+    times: list[float] = []
+
+    @svc.every(5, name="tick")
+    def tick() -> None:
+        times.append(clock.monotonic())
+
+    assert isinstance(tick, Job) and tick.name == "tick"
+    svc.start()
+    clock.wait_for_sleepers(1)
+    clock.advance(10)
+    assert times == [0.0, 5.0, 10.0]
+
+
+@pytest.mark.slow
+def test_stress_ten_thousand_jobs_virtual_clock() -> None:
+    """10,000 jobs for 10 virtual seconds: every run happens on time, on few threads."""
+    clock = VirtualClock()
+    counts = [0] * 10_000
+
+    def bump(i: int) -> None:
+        counts[i] += 1
+
+    svc = BackgroundService("stress", workers=4, clock=clock)
+    for i in range(10_000):
+        svc.every(1, bump, i, delay=(i % 10) / 10)
+    svc.start()
+    clock.wait_for_sleepers(1)
+    started = time.monotonic()
+    clock.advance(10)
+    elapsed = time.monotonic() - started
+    try:
+        assert set(counts) == {10, 11} and counts[0] == 11 and counts[9] == 10
+        assert svc.statistics().threads <= 5
+        assert all(j.max_lateness == 0 for j in svc.status().jobs)
+        assert elapsed < 40
+    finally:
+        assert svc.shutdown(5).completed
+
+
+# -- real threads ------------------------------------------------------------------------
+
+
+def test_pool_is_bounded_and_threads_are_few(services: list[BackgroundService]) -> None:
+    """At most `workers` things run at once; the service uses scheduler + workers threads."""
+    svc = BackgroundService("pool", workers=2).start()
+    services.append(svc)
+    lock = threading.Lock()
+    active = [0]
+    peak = [0]
+    release = threading.Event()
+
+    def work() -> None:
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        release.wait(5)
+        with lock:
+            active[0] -= 1
+
+    futures = [svc.submit(work) for _ in range(8)]
+    for i in range(5):
+        svc.every(0.01, lambda: None, name=f"light{i}")
+    wait_until(lambda: active[0] == 2)
+    assert svc.statistics().threads == 3
+    release.set()
+    concurrent.futures.wait(futures, 5)
+    assert peak[0] == 2
+    assert svc.statistics().threads == 3
+
+
+def test_job_never_runs_concurrently_with_itself(services: list[BackgroundService]) -> None:
+    """With many workers and interval 0, runs of one job are strictly one after another."""
+    svc = BackgroundService("serial", workers=4).start()
+    services.append(svc)
+    inside = [0]
+    overlaps = [0]
+
+    def body() -> None:
+        inside[0] += 1
+        if inside[0] > 1:
+            overlaps[0] += 1
+        time.sleep(0.0005)
+        inside[0] -= 1
+
+    job = svc.every(0, body)
+    for _ in range(3):
+        job.wake()
+    wait_until(lambda: job.statistics().runs >= 50)
+    job.cancel()
+    assert overlaps[0] == 0
+
+
+def test_wake_with_real_clock_is_prompt(services: list[BackgroundService]) -> None:
+    """A job with a 60 s interval runs within moments of wake()."""
+    svc = BackgroundService("wake").start()
+    services.append(svc)
+    ran = threading.Semaphore(0)
+    job = svc.every(60, ran.release)
+    assert ran.acquire(timeout=5)
+    t0 = time.monotonic()
+    job.wake()
+    assert ran.acquire(timeout=5)
+    assert time.monotonic() - t0 < 1.0
+    assert job.statistics().runs == 2
+
+
+def test_runs_in_fresh_context(services: list[BackgroundService]) -> None:
+    """Jobs and submissions run in a fresh contextvars.Context (PyMongo PYTHON-5406)."""
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="fresh")
+    var.set("caller")
+    svc = BackgroundService("ctx").start()
+    services.append(svc)
+    seen: list[str] = []
+    svc.every(60, lambda: seen.append(var.get()))
+    assert svc.submit(var.get).result(5) == "fresh"
+    wait_until(lambda: seen)
+    assert seen == ["fresh"]
+
+
+def test_submission_errors_are_set_logged_and_counted(
+        services: list[BackgroundService], caplog: pytest.LogCaptureFixture) -> None:
+    """An exception from submitted work reaches its future, the log and statistics()."""
+    svc = BackgroundService("errs").start()
+    services.append(svc)
+
+    def bad() -> None:
+        raise KeyError("nope")
+
+    with caplog.at_level(logging.ERROR, logger="executors.service"):
+        fut = svc.submit(bad)
+        with pytest.raises(KeyError):
+            fut.result(5)
+        wait_until(lambda: "submitted work raised" in caplog.text)
+    assert svc.statistics().submissions_failed == 1
+    assert svc.statistics().last_submission_error == "KeyError: 'nope'"
+
+
+def test_shutdown_waits_for_pending_submissions() -> None:
+    """shutdown() runs work already submitted before it returns, and then refuses more."""
+    svc = BackgroundService("drain", workers=1).start()
+    done: list[int] = []
+    gate = threading.Event()
+    svc.submit(gate.wait, 5)
+    futures = [svc.submit(done.append, i) for i in range(5)]
+    threading.Timer(0.05, gate.set).start()
+    report = svc.shutdown(5)
+    assert report.completed and report.unfinished_submissions == 0
+    assert done == [0, 1, 2, 3, 4] and all(f.done() for f in futures)
+    assert svc.statistics().state == "closed" and svc.statistics().threads == 0
+    with pytest.raises(ShutdownError):
+        svc.submit(print)
+    with pytest.raises(ShutdownError):
+        svc.every(1, print)
+    with pytest.raises(ShutdownError):
+        svc.start()
+    assert svc.shutdown(1).completed  # idempotent
+
+
+def test_shutdown_deadline_reports_what_did_not_finish() -> None:
+    """At the deadline: running jobs and submissions are reported, unstarted ones cancelled."""
+    svc = BackgroundService("stuck", workers=2).start()
+    release = threading.Event()
+    started = threading.Event()
+
+    def stuck_job() -> None:
+        started.set()
+        release.wait(10)
+
+    svc.every(60, stuck_job, name="stuck-job")
+    assert started.wait(5)
+    running = svc.submit(release.wait, 10)
+    queued = [svc.submit(print, i) for i in range(3)]
+    t0 = time.monotonic()
+    report = svc.shutdown(0.2)
+    elapsed = time.monotonic() - t0
+    try:
+        assert not report.completed and not report
+        assert report.unfinished_jobs == ("stuck-job",)
+        assert report.unfinished_submissions == 1 and report.cancelled_submissions == 3
+        assert all(f.cancelled() for f in queued) and not running.done()
+        assert 0.15 <= elapsed < 2.0
+    finally:
+        release.set()
+    assert svc.join(5)
+    assert running.done()
+
+
+def test_shutdown_cancel_pending(services: list[BackgroundService]) -> None:
+    """cancel_pending=True cancels submissions that have not started instead of running them."""
+    svc = BackgroundService("cancel", workers=1).start()
+    gate = threading.Event()
+    first = svc.submit(gate.wait, 5)
+    queued = [svc.submit(print, i) for i in range(4)]
+    threading.Timer(0.05, gate.set).start()
+    report = svc.shutdown(5, cancel_pending=True)
+    assert report.completed and report.cancelled_submissions == 4
+    assert first.result() is True and all(f.cancelled() for f in queued)
+
+
+def test_context_manager_and_repr_and_status() -> None:
+    """`with` starts and shuts down; repr and status() show the jobs; as_dict() is JSON."""
+    ran = threading.Event()
+    with BackgroundService("ctxmgr", workers=2) as svc:
+        job = svc.every(30, ran.set, name="refresh")
+        assert ran.wait(5)
+        wait_until(lambda: job.statistics().state == "scheduled")
+        text = repr(svc)
+        assert "'ctxmgr' running jobs=1 (scheduled=1)" in text
+        assert "<Job 'refresh' scheduled every 30s" in repr(job)
+        payload = json.loads(json.dumps(svc.status().as_dict()))
+        assert payload["healthy"] is True
+        assert payload["jobs"][0]["name"] == "refresh" and payload["jobs"][0]["runs"] == 1
+    assert svc.statistics().state == "closed"
+    assert job.statistics().state == "closed"
+
+
+def test_cancel_as_weakref_callback(services: list[BackgroundService]) -> None:
+    """weakref.ref(owner, job.cancel) ends the job when its owner is collected (no lock)."""
+    svc = BackgroundService("owner").start()
+    services.append(svc)
+
+    class Owner:
+        pass
+
+    owner = Owner()
+    job = svc.every(60, lambda: None)
+    ref = weakref.ref(owner, job.cancel)
+    del owner
+    gc.collect()
+    assert ref() is None
+    wait_until(lambda: not svc.jobs)
+    assert job.statistics().state == "cancelled"
+
+
+def test_dedicated_job_has_its_own_thread(services: list[BackgroundService],
+                                          caplog: pytest.LogCaptureFixture) -> None:
+    """dedicated=True runs on a PeriodicExecutor thread; control methods and errors apply."""
+    svc = BackgroundService("ded", workers=1).start()
+    services.append(svc)
+    names: list[str] = []
+    ran = threading.Semaphore(0)
+
+    def monitor() -> None:
+        names.append(threading.current_thread().name)
+        ran.release()
+
+    job = svc.every(60, monitor, name="monitor", dedicated=True)
+    assert ran.acquire(timeout=5)
+    assert names == ["ded:monitor"] and job.dedicated
+    job.wake()
+    assert ran.acquire(timeout=5)
+    job.pause()
+    wait_until(lambda: job.statistics().state == "paused")
+    job.resume()
+    assert ran.acquire(timeout=5)
+    assert job.statistics().runs >= 3
+
+    def failing() -> None:
+        raise OSError("socket closed")
+
+    with caplog.at_level(logging.ERROR, logger="executors.service"):
+        bad = svc.every(0.01, failing, dedicated=True, on_error="stop")
+        wait_until(lambda: bad.statistics().state == "failed")
+    assert bad.statistics().errors == 1
+    job.cancel()
+    wait_until(lambda: job.statistics().state == "cancelled" and len(svc.jobs) == 1)
+
+
+def test_executor_thread_pool_and_process_pool() -> None:
+    """executor= sends one-shot work to the executor given; shutdown waits for it."""
+    with concurrent.futures.ThreadPoolExecutor(2) as pool, \
+            BackgroundService("tp", executor=pool) as svc:
+        assert svc.submit(pow, 2, 10).result(5) == 1024
+    with concurrent.futures.ProcessPoolExecutor(1) as procs:
+        svc = BackgroundService("pp", executor=procs).start()
+        fut = svc.submit(os.getpid)
+        report = svc.shutdown(30)
+        assert report.completed and fut.result() != os.getpid()
+
+
+def test_executor_dask_local_cluster() -> None:
+    """A real local Dask cluster's executor takes one-shot work (outgrows one machine)."""
+    distributed = pytest.importorskip("distributed", reason="dask.distributed is not installed")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client, \
+            BackgroundService("dask", executor=client.get_executor()) as svc:
+        futures = [svc.submit(pow, 3, i) for i in range(5)]
+        assert [f.result(30) for f in futures] == [1, 3, 9, 27, 81]
+        assert svc.statistics().submitted == 5
+
+
+@pytest.mark.parametrize(("kwargs", "exc", "match"), [
+    ({"interval": -1}, ValueError, "interval"),
+    ({"interval": float("nan")}, ValueError, "interval"),
+    ({"interval": "1"}, TypeError, "interval"),
+    ({"interval": 1, "min_interval": 2}, ValueError, "min_interval"),
+    ({"interval": 1, "jitter": 2}, ValueError, "jitter"),
+    ({"interval": 1, "delay": -1}, ValueError, "delay"),
+    ({"interval": 1, "on_error": "ignore"}, ValueError, "on_error"),
+    ({"interval": 0, "on_error": "backoff"}, ValueError, "backoff"),
+    ({"interval": 1, "overrun": "burst"}, ValueError, "overrun"),
+    ({"interval": 1, "dedicated": True, "jitter": 0.5}, ValueError, "dedicated"),
+    ({"interval": 1, "name": 3}, TypeError, "name"),
+])
+def test_bad_job_arguments(kwargs: dict[str, object], exc: type[Exception], match: str) -> None:
+    """Bad intervals and options raise TypeError/ValueError naming the argument."""
+    svc = BackgroundService("bad")
+    interval = kwargs.pop("interval")
+    with pytest.raises(exc, match=match):
+        svc.every(interval, print, **kwargs)  # type: ignore[call-overload]
+
+
+def test_bad_service_arguments_and_misuse() -> None:
+    """Non-callables, bad workers, duplicate names and submit-before-start are clear errors."""
+    with pytest.raises(TypeError, match="fn"):
+        BackgroundService().every(1, 42)  # type: ignore[call-overload]
+    with pytest.raises(ValueError, match="workers"):
+        BackgroundService(workers=0)
+    with pytest.raises(TypeError, match="executor"):
+        BackgroundService(executor=object())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="fork_policy"):
+        BackgroundService(fork_policy="x")  # type: ignore[arg-type]
+    svc = BackgroundService("misuse")
+    svc.every(1, print, name="x")
+    with pytest.raises(ValueError, match="already exists"):
+        svc.every(1, print, name="x")
+    assert svc.every(1, print).name == "print" and svc.every(1, print).name == "print#2"
+    with pytest.raises(RuntimeError, match="not started"):
+        svc.submit(print)
+    with pytest.raises(TypeError, match="fn"):
+        svc.submit(42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"BackgroundService\.every"):
+        Job(None, svc, print, (), "x", 1, 0, 0, 0, "continue", "skip", 1, False)
+    with pytest.raises(ValueError, match="min_interval"):
+        BackgroundService().every(5, print, min_interval=2).update_interval(1)
+    assert svc.statistics().state == "idle" and svc.jobs[0].statistics().state == "pending"
+
+
+# -- exit and fork -----------------------------------------------------------------------
+
+
+def test_interpreter_exit_shuts_service_down_within_deadline() -> None:
+    """At exit the registry closes the service: queued work runs, a stuck job cannot hang it."""
+    script = textwrap.dedent("""
+        import threading, time
+        from executors import BackgroundService, registry
+        registry.set_exit_timeout(0.5)
+        svc = BackgroundService("exit", workers=2).start()
+        svc.every(60, threading.Event().wait, name="stuck")
+        svc.submit(lambda: print("submitted work ran", flush=True))
+        time.sleep(0.05)
+        print("main done", flush=True)
+    """)
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=30, check=False)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    assert "submitted work ran" in proc.stdout and "main done" in proc.stdout
+    assert "Traceback" not in proc.stderr
+    assert elapsed < 10
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("policy", ["lazy", "stop"])
+def test_fork_rebuilds_service(services: list[BackgroundService], policy: str) -> None:
+    """In a forked child the service is rebuilt; lazily restarted on use, or closed ("stop")."""
+    svc = BackgroundService("fork", workers=2, fork_policy=policy)  # type: ignore[arg-type]
+    services.append(svc)
+    svc.start()
+    ran = threading.Event()
+    svc.every(60, ran.set)
+    assert ran.wait(5)
+    assert svc.submit(int, "7").result(5) == 7
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: report through the pipe, never return into pytest
+        try:
+            try:
+                result = str(svc.submit(int, "42").result(5))
+            except ShutdownError:
+                result = "shutdown"
+            out = f"{result} {svc.statistics().generation}"
+        except BaseException as exc:
+            out = f"error {exc!r}"
+        os.write(write_fd, out.encode())
+        os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd) as r:
+        data = r.read()
+    _, status = os.waitpid(pid, 0)
+    assert status == 0
+    assert data == ("42 1" if policy == "lazy" else "shutdown 1")
+    assert svc.submit(int, "9").result(5) == 9  # the parent is unaffected
