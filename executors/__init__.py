@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from .deferred import DeferredQueue as DeferredQueue
+from .deferred import DeferredQueueStatistics as DeferredQueueStatistics
+from .deferred import Reaper as Reaper
+from .deferred import ReaperStatistics as ReaperStatistics
 from .errors import ChannelClosed as ChannelClosed
 from .errors import ClosedError as ClosedError
 from .errors import ExecutorsError as ExecutorsError
@@ -25,6 +29,10 @@ __version__ = "0.1.0.dev0"
 __all__ = (
     "PeriodicExecutor",
     "PeriodicExecutorStatistics",
+    "DeferredQueue",
+    "DeferredQueueStatistics",
+    "Reaper",
+    "ReaperStatistics",
     "BackgroundService",
     "Job",
     "JobStatistics",
