@@ -396,6 +396,7 @@ class Portal:
     async def _stop_when_idle(self) -> None:
         while self._tasks:
             await asyncio.wait(list(self._tasks))
+            self._tasks = {task for task in self._tasks if not task.done()}
         if self._own:
             assert self._loop is not None
             self._loop.stop()
@@ -605,6 +606,9 @@ class Portal:
         if not task.done():  # (3.12+: a trivial callee finished inside the constructor)
             waiter.abort = task.cancel
             self._tasks.add(task)
+            # Off the round trip's path (the caller is woken from inside the task), and also
+            # run for a task cancelled before its first step, whose body never runs.
+            task.add_done_callback(self._tasks.discard)
 
     async def _deliver(
         self,
@@ -631,8 +635,6 @@ class Portal:
             waiter.try_fail(exc)
         else:
             waiter.try_wake(result)
-        finally:
-            self._tasks.discard(asyncio.current_task())  # type: ignore[arg-type,unused-ignore]
 
     def start_task_soon(
         self,

@@ -508,6 +508,102 @@ def test_hand_off_that_wins_the_race_with_the_timeout_is_kept(portal: Portal) ->
     assert (stats.value, stats.waiting) == (0, 0)
 
 
+def test_channel_get_hand_off_that_wins_the_race_with_the_timeout_is_received(
+    portal: Portal,
+) -> None:
+    """A value handed to a getter whose timeout expired but who had not abandoned yet is
+    received by the thread (not raised as TimeoutError, not lost)."""
+    ch: Channel[int] = Channel()
+    got: list[object] = []
+
+    def get() -> None:
+        try:
+            got.append(portal.channel(ch).get(timeout=0.05))
+        except TimeoutError as exc:
+            got.append(exc)
+
+    async def send_late() -> None:
+        (reg,) = list(ch._getters)
+        with reg.waiter.mutex:
+            time.sleep(0.1)  # noqa: ASYNC251 (holds the loop past the thread's timeout)
+            ch.send_nowait(7)
+
+    t = start_thread(get)
+    wait_until(lambda: on_loop(portal, ch.statistics).waiting_getters == 1)
+    portal.call(send_late)
+    t.join(10)
+    assert got == [7]
+
+
+def test_channel_get_abandoned_before_undo_passes_the_value_on(portal: Portal) -> None:
+    """A send between a getter's timeout and its undo skips the abandoned getter: the value
+    is buffered for the next getter, and the getter's entry is gone."""
+    ch: Channel[int] = Channel(1)
+    timed_out = threading.Event()
+
+    def get() -> None:
+        with pytest.raises(TimeoutError):
+            portal.channel(ch).get(timeout=0.05)
+        timed_out.set()
+
+    async def send_after_timeout() -> None:
+        timed_out.wait(10)
+        ch.send_nowait(9)
+
+    t = start_thread(get)
+    wait_until(lambda: on_loop(portal, ch.statistics).waiting_getters == 1)
+    portal.call(send_after_timeout)
+    t.join(10)
+    stats = on_loop(portal, ch.statistics)
+    assert (stats.buffered, stats.waiting_getters) == (1, 0)
+    assert portal.channel(ch).get(timeout=1) == 9
+
+
+def test_select_timeout_before_it_parked_leaves_nothing(portal: Portal) -> None:
+    """A select that times out before its registration ran never registers anywhere."""
+    a: Channel[int] = Channel()
+    b: Channel[int] = Channel()
+    gate, fut = _hold_loop(portal)
+    with pytest.raises(TimeoutError):
+        portal.select(Get(a), Send(b, 1), timeout=0.01)
+    gate.set()
+    fut.result(10)
+    assert on_loop(portal, lambda: (a.statistics().waiting_getters,
+                                    b.statistics().waiting_senders)) == (0, 0)
+
+
+def test_calls_racing_close_either_complete_or_fail_cleanly() -> None:
+    """Threads calling while the portal closes: every call returns or raises ShutdownError;
+    none hangs, whether it arrives before, during or after the loop stops."""
+    outcomes: list[str] = []
+    lock = threading.Lock()
+    p = Portal().open()
+    start = threading.Barrier(5)
+
+    def hammer() -> None:
+        start.wait(10)
+        for _ in range(200):
+            try:
+                p.call(asyncio.sleep, 0)
+                result = "ok"
+            except ShutdownError:
+                result = "shutdown"
+            with lock:
+                outcomes.append(result)
+
+    threads = [start_thread(hammer) for _ in range(4)]
+    start.wait(10)
+    while len(outcomes) < 50:
+        time.sleep(0.001)
+    p.close()
+    for t in threads:
+        t.join(20)
+        assert not t.is_alive()
+    assert p.join(10)
+    assert len(outcomes) == 800 and "shutdown" in outcomes
+    assert p.statistics().pending == 0
+
+
 def test_channel_get_timeout_racing_sends_loses_nothing(portal: Portal) -> None:
     """Thread gets with short timeouts race task sends: every value is received exactly once,
     by the thread or left buffered, and no getter stays queued."""
