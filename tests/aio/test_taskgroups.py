@@ -12,6 +12,9 @@ from collections.abc import Coroutine
 from typing import Any
 
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from executors.aio import PersistentTaskGroup, TaskGroup, spawn_background
 from executors.errors import ShutdownError
@@ -710,3 +713,94 @@ def test_ptg_concurrent_shutdowns_all_return() -> None:
         assert group.statistics().running == 0
 
     run(main())
+
+
+# -- a state machine over PersistentTaskGroup ------------------------------------------------
+
+
+class PersistentGroupMachine(RuleBasedStateMachine):
+    """Random spawns (succeeding, failing, slow), handle cancellations, loop steps and
+    shutdowns; after every step the counters add up, the handler has seen exactly the failures,
+    the group holds only its own tasks, and after a shutdown none is left."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.handled: list[BaseException] = []
+        self.group = PersistentTaskGroup(
+            exception_handler=lambda exc, task: self.handled.append(exc)
+        )
+        self.handles: list[asyncio.Task[object]] = []
+        self.shut = False
+
+    def _spawn(self, coro: Coroutine[Any, Any, object]) -> None:
+        async def spawn() -> None:
+            self.handles.append(self.group.create_task(coro))
+
+        if self.shut:
+            coro.close()
+            return
+        self.loop.run_until_complete(spawn())
+
+    @rule(steps=st.integers(0, 3))
+    def spawn_ok(self, steps: int) -> None:
+        async def ok() -> object:
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            return steps
+
+        self._spawn(ok())
+
+    @rule(steps=st.integers(0, 3))
+    def spawn_failing(self, steps: int) -> None:
+        async def bad() -> object:
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            raise Boom(steps)
+
+        self._spawn(bad())
+
+    @rule()
+    def spawn_slow(self) -> None:
+        self._spawn(asyncio.sleep(3600))
+
+    @rule(index=st.integers(0, 50))
+    def cancel_a_handle(self, index: int) -> None:
+        if self.handles:
+            self.handles[index % len(self.handles)].cancel()
+
+    @rule(steps=st.integers(1, 4))
+    def run_loop(self, steps: int) -> None:
+        async def idle() -> None:
+            for _ in range(steps):
+                await asyncio.sleep(0)
+
+        self.loop.run_until_complete(idle())
+
+    @rule()
+    def shutdown(self) -> None:
+        self.loop.run_until_complete(self.group.shutdown())
+        self.shut = True
+
+    @invariant()
+    def counters_add_up(self) -> None:
+        stats = self.group.statistics()
+        assert stats.spawned == len(self.handles)
+        assert stats.spawned == stats.succeeded + stats.failed + stats.cancelled + stats.running
+        assert stats.failed == len(self.handled)
+        # A task that just finished is counted as running until its done-callback has run.
+        assert stats.running >= sum(not h.done() for h in self.handles)
+        assert set(self.group._tasks) <= set(self.handles)
+        if self.shut:
+            assert stats.running == 0 and stats.state == "closed"
+
+    def teardown(self) -> None:
+        self.loop.run_until_complete(self.group.shutdown())
+        assert self.group.statistics().running == 0
+        self.loop.close()
+
+
+TestPersistentGroupMachine = PersistentGroupMachine.TestCase
+TestPersistentGroupMachine.settings = settings(
+    max_examples=40, stateful_step_count=25, deadline=None
+)
