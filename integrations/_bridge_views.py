@@ -395,8 +395,8 @@ class BlockingTaskGroup:
             raise RuntimeError(f"{self!r} has already been entered")
         portal = self._portal
         entered = ThreadWaiter()
-        portal._pending.add(entered)
         host: PortalFuture[None] = portal._submit_task(self._main, (entered,), self._name, None)
+        portal._pending.add(entered)  # failed by the portal's shutdown sweep like any wait
         self._host = host
         # If the host ends before entering (portal closing, say), the thread must not hang.
         host.add_done_callback(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import os
 import random
 import signal
 import subprocess
@@ -166,6 +167,27 @@ def test_portal_is_registered_and_repr() -> None:
         assert repr(p) == "<Portal 'reg' open pending=0 tasks=0>"
         assert p.statistics().state == "open" and p.statistics().owns_loop
     assert p.statistics().state == "closed" and p.closed
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_fork_child_sees_a_closed_portal_and_can_open_a_new_one(portal: Portal) -> None:
+    """In a forked child the parent's portal is closed (no loop thread there): calls fail
+    fast with ShutdownError; a new portal works."""
+    assert portal.call(asyncio.sleep, 0, 1) == 1
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit code only
+        code = 1
+        try:
+            try:
+                portal.call(asyncio.sleep, 0)
+            except ShutdownError:
+                with Portal() as fresh:
+                    code = 0 if fresh.call(asyncio.sleep, 0, 5) == 5 else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert portal.call(asyncio.sleep, 0, 2) == 2
 
 
 # -- start_task_soon and PortalFuture ----------------------------------------------------------
