@@ -15,6 +15,7 @@ Two directions:
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 import dataclasses
 import inspect
@@ -148,6 +149,8 @@ class Portal:
         "_dead",
         "_drained",
         "_futures",
+        "_inbox",
+        "_inbox_scheduled",
         "_loop",
         "_loop_ident",
         "_name",
@@ -183,6 +186,12 @@ class Portal:
         self._pending: set[ThreadWaiter | PortalFuture[Any]] = set()
         self._futures: set[PortalFuture[Any]] = set()  # start_task_soon futures not done
         self._tasks: set[asyncio.Task[Any]] = set()  # loop thread only
+        # Thread -> loop callbacks, run in order by one loop callback: threads posting while a
+        # drain is already scheduled do not write to the loop's self-pipe again (one wake-up
+        # for a burst, e.g. a release followed by the next acquire).
+        self._inbox: collections.deque[tuple[Callable[..., object], tuple[object, ...]]] = (
+            collections.deque())
+        self._inbox_scheduled = False
         self._started = threading.Event()
         self._startup_error: BaseException | None = None
         self._drained = threading.Event()
@@ -376,6 +385,8 @@ class Portal:
         self._pending = set()
         self._futures = set()
         self._tasks = set()
+        self._inbox = collections.deque()
+        self._inbox_scheduled = False
         self._drained = threading.Event()
         self._drained.set()
 
@@ -457,13 +468,42 @@ class Portal:
         loop = self._check_caller("this portal method")
         self._submitted += 1
         self._pending.add(item)
-        if self._dead:
-            self._fail_item(item)
-            return
         try:
-            loop.call_soon_threadsafe(fn, *args)
+            self._post(loop, fn, args)
         except RuntimeError:  # the loop was closed meanwhile
             self._fail_item(item)
+            return
+        if self._dead:
+            # The loop died after we checked: the final sweep may have missed `item`.
+            self._fail_item(item)
+
+    def _post(
+        self, loop: asyncio.AbstractEventLoop, fn: Callable[..., object], args: tuple[object, ...]
+    ) -> None:
+        self._inbox.append((fn, args))
+        if not self._inbox_scheduled:
+            # Set before the drain can run: a post racing the drain either sees False (and
+            # schedules another drain) or lands before the drain's final emptiness check.
+            self._inbox_scheduled = True
+            try:
+                loop.call_soon_threadsafe(self._drain_inbox)
+            except RuntimeError:
+                self._inbox_scheduled = False
+                raise
+
+    def _drain_inbox(self) -> None:
+        """Loop thread: run every posted callback, in the order they were posted."""
+        self._inbox_scheduled = False
+        inbox = self._inbox
+        try:
+            while inbox:
+                fn, args = inbox.popleft()
+                fn(*args)
+        finally:
+            if inbox and not self._inbox_scheduled:  # a callback raised: run the rest later
+                self._inbox_scheduled = True
+                assert self._loop is not None
+                self._loop.call_soon(self._drain_inbox)
 
     def _fail_item(self, item: ThreadWaiter | PortalFuture[Any]) -> None:
         if isinstance(item, ThreadWaiter):
@@ -477,7 +517,7 @@ class Portal:
         if loop is None or self._dead:
             return
         try:
-            loop.call_soon_threadsafe(fn, *args)
+            self._post(loop, fn, args)
         except RuntimeError:
             pass
 
