@@ -93,7 +93,8 @@ class _BlockingPermits:
         if not blocking and timeout is not None:
             raise ValueError("can't specify a timeout for a non-blocking call")
         if not blocking or seconds == 0:
-            return bool(self._portal._blocking(self._try_acquire)[1])
+            _, taken = self._portal._blocking(self._try_acquire, None, self._hand_back_if_taken)
+            return bool(taken)
         resolved, _ = self._portal._blocking(self._attempt, seconds, self._hand_back)
         return resolved
 
@@ -107,6 +108,10 @@ class _BlockingPermits:
             return
         permits._park(waiter)  # may hand a permit over at once (try_wake inside)
         waiter.abort = partial(permits._leave, waiter)
+
+    def _hand_back_if_taken(self, value: object) -> None:
+        if value:
+            self._permits.release()
 
     def _hand_back(self, value: object) -> None:
         # Interrupted after a permit was handed over: return it (to the next waiter).
@@ -249,11 +254,13 @@ class BlockingChannel(Generic[T]):
         if value is not _CLOSED:
             self._channel._put_back(value)  # type: ignore[arg-type]
 
-    def _run(self, fn: Callable[[], object]) -> object:
+    def _run(
+        self, fn: Callable[[], object], hand_back: Callable[[object], object] | None = None
+    ) -> object:
         def attempt(waiter: ThreadWaiter) -> None:
             waiter.try_wake(fn())
 
-        return self._portal._blocking(attempt)[1]
+        return self._portal._blocking(attempt, None, hand_back)[1]
 
     def send_nowait(self, value: T) -> None:
         """Send `value` if that completes at once (a getter waits, or the buffer has room).
@@ -269,7 +276,7 @@ class BlockingChannel(Generic[T]):
         Raises:
             WouldBlock: none is available now. ChannelClosed: closed and drained.
         """
-        return self._run(self._channel.get_nowait)  # type: ignore[return-value]
+        return self._run(self._channel.get_nowait, self._put_back)  # type: ignore[return-value]
 
     def close(self) -> None:
         """Close the channel (from the send side), as `Channel.close`.
