@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from executors import CancelToken, ChannelClosed, ShutdownError, WouldBlock, registry
 from executors.aio import (
@@ -400,6 +402,53 @@ def test_threads_and_tasks_contend_for_one_semaphore_in_strict_fifo(portal: Port
         assert got.acquire(timeout=10)
     assert order == names
     assert on_loop(portal, sem.statistics).waiting == 0
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.sampled_from(["task", "thread", "thread-timeout"]), min_size=1, max_size=8))
+def test_mixed_fifo_with_leavers_property(arrivals: list[str]) -> None:
+    """For any arrival order of tasks and threads (some threads giving up at a timeout while
+    queued), permits go to the waiters still in line in exactly their arrival order, and no
+    permit is lost: the semaphore ends with every permit free and nobody queued."""
+    sem = Semaphore(0)
+    order: list[int] = []
+    got = threading.Semaphore(0)
+    with Portal() as portal:
+        view = portal.semaphore(sem)
+
+        # Each keeps its permit, so exactly one permit moves per release below.
+        async def task_acquire(i: int) -> None:
+            await sem.acquire()
+            order.append(i)
+            got.release()
+
+        def thread_acquire(i: int) -> None:
+            assert view.acquire()
+            order.append(i)
+            got.release()
+
+        stayers = []
+        for i, kind in enumerate(arrivals):
+            before = on_loop(portal, lambda: len(sem._waiters))
+            if kind == "task":
+                portal.start_task_soon(task_acquire, i)
+            elif kind == "thread":
+                start_thread(thread_acquire, i)
+            else:
+                start_thread(view.acquire, True, 0.001)
+            if kind == "thread-timeout":
+                gone = arrivals[:i + 1].count("thread-timeout")
+                wait_until(lambda gone=gone: portal.statistics().timeouts >= gone)
+                continue
+            stayers.append(i)
+            wait_until(lambda before=before: on_loop(portal, lambda: len(sem._waiters))
+                       == before + 1)
+        for _ in stayers:
+            on_loop(portal, sem.release)
+            assert got.acquire(timeout=10)
+        assert order == stayers
+        stats = on_loop(portal, sem.statistics)
+        assert (stats.value, stats.waiting, stats.woken) == (0, 0, 0)
 
 
 def test_thread_that_releases_and_reacquires_queues_behind_waiters(portal: Portal) -> None:
