@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextvars
 import dataclasses
 import itertools
 import logging
+import os
 import queue
 import threading
 import weakref
@@ -274,12 +276,32 @@ _exit: dict[str, float] = {}
 def _flush_all(deadline: float) -> None:
     """Flush every live reaper against one deadline (a registry shutdown hook)."""
     _exit["deadline"] = deadline
+    _flush_bounded(list(_reapers), deadline)
+
+
+def _flush_bounded(reapers: list[Reaper[Any, Any]], deadline: float) -> None:
+    """Flush `reapers` at once, each on a helper daemon thread, and wait until `deadline`.
+
+    A flush runs handlers on the thread that calls it; at exit that would be the main thread,
+    and one stuck handler (a server that does not answer) would hold the process up forever.
+    On helper threads the exit waits for them only until the deadline.
+    """
     now = SYSTEM_CLOCK.monotonic
-    for reaper in list(_reapers):
+    threads = []
+    for reaper in reapers:
+        if not reaper.pending:
+            continue
+        ctx = contextvars.copy_context()
+        thread = threading.Thread(target=ctx.run, args=(reaper._flush_quietly, deadline),
+                                  name=f"{reaper._executor.name}-exit-flush", daemon=True)
         try:
-            reaper.flush(max(0.0, deadline - now()))
-        except Exception:  # one broken reaper must not stop the others' flush at exit
-            logger.exception("exit flush of %r failed", reaper)
+            thread.start()
+        except RuntimeError:  # the interpreter refuses new threads: flush here, best effort
+            reaper._flush_quietly(deadline)
+            continue
+        threads.append(thread)
+    for thread in threads:
+        thread.join(max(0.0, deadline - now()))
 
 
 def _flush_at_exit() -> None:
@@ -456,6 +478,7 @@ class Reaper(Generic[T, K]):
         self._runs = 0
         self._last_error: str | None = None
         self._dropped_logged = 0
+        self._pid = os.getpid()
         # "eager": a forked child gets a running drainer from the fork hook, so no put() (from a
         # destructor, say) ever has to start a thread.
         self._executor = PeriodicExecutor(
@@ -527,6 +550,11 @@ class Reaper(Generic[T, K]):
 
     def _run(self) -> bool:
         """The executor's target: one drain pass, then schedule the next due retry."""
+        if self._pid != os.getpid():
+            # A forked child, and the executor's fork hook restarted this thread before ours
+            # emptied the queue (the registry runs them in no set order): skip this run, or
+            # it would handle the parent's items.
+            return True
         start = self._clock.monotonic()
         with self._lock:
             self._runs += 1
@@ -659,6 +687,13 @@ class Reaper(Generic[T, K]):
         finally:
             self._lock.release()
 
+    def _flush_quietly(self, deadline: float) -> None:
+        try:
+            if not self.flush(max(0.0, deadline - SYSTEM_CLOCK.monotonic())):
+                logger.warning("%r: exit flush ended with %d item(s) pending", self, self.pending)
+        except Exception:  # one broken reaper must not disturb the others' flush at exit
+            logger.exception("exit flush of %r failed", self)
+
     def close(self, dummy: object = None, *, timeout: float | None = None) -> bool:
         """Flush (at most `timeout`, default `close_timeout`), then stop the thread.
 
@@ -680,7 +715,13 @@ class Reaper(Generic[T, K]):
         # dropped (visible in statistics) rather than forgotten.
         self._queue.close()
         inside = self._handler_thread == threading.get_ident()
-        flushed = inside or self.flush(budget)
+        if inside:
+            flushed = False
+        elif exit_deadline is not None and registry.is_shutting_down():
+            _flush_bounded([self], SYSTEM_CLOCK.monotonic() + budget)
+            flushed = not self.pending
+        else:
+            flushed = self.flush(budget)
         if not flushed:
             logger.warning("%r closed with %d item(s) still pending", self, self.pending)
         self._executor.close()
@@ -755,3 +796,4 @@ class Reaper(Generic[T, K]):
         if self._closed:
             self._queue.close()
         self._tracked.clear()
+        self._pid = os.getpid()  # last: the drainer trusts the queue once it sees this

@@ -243,7 +243,7 @@ def test_server_down_kills_are_retried_and_land_when_it_returns(
 
 
 EXIT_SCRIPT = """
-import atexit, gc, json, os, sys
+import atexit, gc, json, os, sys, time
 
 # Registered first, so it runs last: after every flush and after pymongo's own shutdown.
 atexit.register(lambda: print(json.dumps(report())))
@@ -261,6 +261,8 @@ ids = json.loads(sys.argv[3])
 client = pymongo.MongoClient(sys.argv[1], serverSelectionTimeoutMS=5000)
 # No wake-ups and a one-hour schedule: only the exit flush can send these kills.
 reaper = CursorReaper(client, wake_threshold=None, interval=3600)
+while reaper.reaper.statistics().runs < 1:  # the run at open: after it, only the exit drains
+    time.sleep(0.001)
 if os.environ.get("NO_EXIT_MACHINERY"):
     # The control: what PyMongo does with its queue at exit (nothing).
     atexit.unregister(deferred._flush_at_exit)
@@ -353,6 +355,7 @@ def test_fork_child_starts_empty_and_parent_keeps_its_kills(
     client.admin.command("ping")
     reaper = CursorReaper(client, wake_threshold=None, interval=3600)
     try:
+        wait_until(lambda: reaper.reaper.statistics().runs == 1, 5)  # the run at open is done
         for cid in ids:
             reaper.kill_soon(cid, f"{DB}.docs")
         assert reaper.statistics().pending == 5
