@@ -15,26 +15,25 @@ Two directions:
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextvars
 import dataclasses
 import inspect
-import itertools
 import math
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from concurrent.futures import CancelledError as FutureCancelledError
 from concurrent.futures import wait as wait_futures
-from functools import partial
 from types import TracebackType
-from typing import Any, Self, TypeVar, TypeVarTuple, Unpack, final
+from typing import Self, TypeVar, TypeVarTuple, Unpack, final
 
 from executors import registry
 from executors.aio import Channel as _Channel
 from executors.aio import Lock, Operation, SelectResult, Semaphore
 from executors.errors import ShutdownError
 
+from ._bridge_core import PortalCore
+from ._bridge_core import shutdown_error as _shutdown_error
 from ._bridge_run_sync import default_limiter, run_sync
 from ._bridge_views import (
     BlockingChannel,
@@ -61,25 +60,6 @@ __all__ = (
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
-# 3.12+: a Task can run its first step at once, inside the callback that creates it (what the
-# eager task factory does): a round trip saves a loop iteration. Sound, unlike running the
-# coroutine's first step without a Task (current_task() would be None there; research addendum).
-_EAGER_START = sys.version_info >= (3, 12)
-_names = itertools.count(1)
-
-
-def _shutdown_error() -> ShutdownError:
-    # A fresh instance per waiter: one exception raised in several threads would have its
-    # traceback rewritten by each of them.
-    return ShutdownError(
-        "the portal is closed: its event loop no longer runs calls (open a new Portal)"
-    )
-
-
-async def _await(awaitable: Awaitable[T]) -> T:
-    return await awaitable
-
-
 @final
 @dataclasses.dataclass(frozen=True)
 class PortalStatistics:
@@ -101,7 +81,7 @@ class PortalStatistics:
 
 
 @final
-class Portal:
+class Portal(PortalCore):
     """An event loop in a background thread, for plain threads to use asyncio through.
 
     ``with Portal() as portal:`` starts a daemon thread running a new event loop, registered
@@ -142,61 +122,7 @@ class Portal:
         42
     """
 
-    __slots__ = (
-        "__weakref__",
-        "_closed",
-        "_closing",
-        "_dead",
-        "_drained",
-        "_futures",
-        "_inbox",
-        "_inbox_scheduled",
-        "_loop",
-        "_loop_ident",
-        "_name",
-        "_own",
-        "_pending",
-        "_started",
-        "_startup_error",
-        "_state",
-        "_submitted",
-        "_tasks",
-        "_thread",
-        "_timeouts",
-    )
-
-    def __init__(
-        self, *, loop: asyncio.AbstractEventLoop | None = None, name: str | None = None
-    ) -> None:
-        if loop is not None and not isinstance(loop, asyncio.AbstractEventLoop):
-            raise TypeError(f"loop must be an asyncio event loop, got {type(loop).__name__}")
-        if name is not None and not isinstance(name, str):
-            raise TypeError(f"name must be a str or None, got {type(name).__name__}")
-        self._name = name if name is not None else f"Portal-{next(_names)}"
-        self._own = loop is None
-        self._loop: asyncio.AbstractEventLoop | None = loop
-        self._loop_ident: int | None = None
-        self._thread: threading.Thread | None = None
-        self._state = "idle"
-        self._closed = False  # close() was called: thread side refuses new work
-        self._closing = False  # loop side: the shutdown began, new work fails there
-        self._dead = False  # the loop no longer runs our callbacks
-        # Thread-side waits not yet resolved: failed by the final sweep if the loop dies under
-        # them, so no caller can hang on a callback that will never run (zigpy/bellows#745).
-        self._pending: set[ThreadWaiter | PortalFuture[Any]] = set()
-        self._futures: set[PortalFuture[Any]] = set()  # start_task_soon futures not done
-        self._tasks: set[asyncio.Task[Any]] = set()  # loop thread only
-        # Thread -> loop callbacks, run in order by one loop callback: threads posting while a
-        # drain is already scheduled do not write to the loop's self-pipe again (one wake-up
-        # for a burst, e.g. a release followed by the next acquire).
-        self._inbox: collections.deque[tuple[Callable[..., object], tuple[object, ...]]] = (
-            collections.deque())
-        self._inbox_scheduled = False
-        self._started = threading.Event()
-        self._startup_error: BaseException | None = None
-        self._drained = threading.Event()
-        self._submitted = 0
-        self._timeouts = 0
+    __slots__ = ()
 
     # -- introspection -----------------------------------------------------------------------
 
@@ -263,73 +189,6 @@ class Portal:
         registry.register(self)
         return self
 
-    def _attach(self) -> None:
-        loop = self._loop
-        assert loop is not None
-        if loop.is_closed() or not loop.is_running():
-            raise RuntimeError("Portal(loop=...) needs a loop that runs (in another thread)")
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            self._loop_ident = threading.get_ident()
-            return
-        seen = threading.Event()
-
-        def record() -> None:
-            self._loop_ident = threading.get_ident()
-            seen.set()
-
-        loop.call_soon_threadsafe(record)
-        if not seen.wait(10.0):
-            raise RuntimeError("Portal(loop=...): the loop did not run a callback in 10 s")
-
-    def _run(self) -> None:
-        try:
-            loop = asyncio.new_event_loop()
-        except BaseException as exc:
-            self._startup_error = exc
-            self._started.set()
-            return
-        self._loop = loop
-        self._loop_ident = threading.get_ident()
-        self._started.set()
-        try:
-            loop.run_forever()
-        finally:
-            self._finish(loop)
-
-    def _finish(self, loop: asyncio.AbstractEventLoop) -> None:
-        """The loop thread's last act: fail late arrivals, finish leftover tasks, close."""
-        self._closing = True
-        self._closed = True
-        try:
-            # Callbacks queued by threads while the loop stopped run here and fail cleanly
-            # (they see _closing); tasks the callees started are cancelled and awaited, so no
-            # "Task was destroyed but it is pending" and no late result to a closed loop.
-            leftovers = [t for t in asyncio.all_tasks(loop) if not t.done()]
-            for task in leftovers:
-                task.cancel()
-            if leftovers:
-                loop.run_until_complete(asyncio.gather(*leftovers, return_exceptions=True))
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        finally:
-            self._dead = True
-            loop.close()
-            self._sweep()
-            self._state = "closed"
-            self._drained.set()
-
-    def _sweep(self) -> None:
-        # After _dead is set, a thread that adds a waiter re-checks _dead and fails it itself;
-        # one added earlier is failed here. Either way nobody waits on a dead loop.
-        for item in list(self._pending):
-            if isinstance(item, ThreadWaiter):
-                item.try_fail(_shutdown_error())
-            elif not item.done():
-                item._fail(_shutdown_error())
-
     def close(self, dummy: object = None) -> None:
         """Stop accepting work and begin shutting down; returns at once. Idempotent.
 
@@ -376,47 +235,6 @@ class Portal:
             return not thread.is_alive()
         return self._drained.wait(timeout)
 
-    def _after_fork_in_child(self) -> None:
-        # The child has no loop thread and must not touch the parent's loop: the portal is
-        # simply gone there (a new Portal can be opened in the child).
-        self._closed = self._closing = self._dead = True
-        self._state = "closed"
-        self._thread = None
-        self._pending = set()
-        self._futures = set()
-        self._tasks = set()
-        self._inbox = collections.deque()
-        self._inbox_scheduled = False
-        self._drained = threading.Event()
-        self._drained.set()
-
-    def _shutdown(self) -> None:
-        """Loop thread: fail every pending thread wait, cancel our tasks, then stop."""
-        self._closing = True
-        for item in list(self._pending):
-            if isinstance(item, ThreadWaiter) and item.abort is not None:
-                with item.mutex:
-                    if item.try_fail(_shutdown_error()):
-                        item.abort()
-        for task in list(self._tasks):
-            task.cancel()
-        loop = self._loop
-        assert loop is not None
-        loop.create_task(self._stop_when_idle())
-
-    async def _stop_when_idle(self) -> None:
-        while self._tasks:
-            await asyncio.wait(list(self._tasks))
-            self._tasks = {task for task in self._tasks if not task.done()}
-        if self._own:
-            assert self._loop is not None
-            self._loop.stop()
-        else:
-            self._dead = True  # for us: an attached loop keeps running other code
-            self._sweep()
-            self._state = "closed"
-            self._drained.set()
-
     def __enter__(self) -> Self:
         return self.open()
 
@@ -444,169 +262,6 @@ class Portal:
         finally:
             self.close()
             self.join()
-
-    # -- thread-side machinery ---------------------------------------------------------------
-
-    def _check_caller(self, what: str) -> asyncio.AbstractEventLoop:
-        loop = self._loop
-        if threading.get_ident() == self._loop_ident:
-            raise RuntimeError(
-                f"{what} cannot be called from the portal's event loop thread: it would block "
-                "the loop it waits for (a deadlock). In a coroutine, await the coroutine or use "
-                "the aio primitive directly."
-            )
-        if self._closed or self._dead:
-            raise _shutdown_error()
-        if loop is None or self._state == "idle":
-            raise RuntimeError(f"{self!r} is not open: use `with Portal() as portal:`")
-        return loop
-
-    def _submit(
-        self, item: ThreadWaiter | PortalFuture[Any], fn: Callable[..., object], *args: object
-    ) -> None:
-        """Schedule ``fn(*args)`` on the loop for `item`'s sake; fail `item` if it cannot run."""
-        loop = self._check_caller("this portal method")
-        self._submitted += 1
-        self._pending.add(item)
-        try:
-            self._post(loop, fn, args)
-        except RuntimeError:  # the loop was closed meanwhile
-            self._fail_item(item)
-            return
-        if self._dead:
-            # The loop died after we checked: the final sweep may have missed `item`.
-            self._fail_item(item)
-
-    def _post(
-        self, loop: asyncio.AbstractEventLoop, fn: Callable[..., object], args: tuple[object, ...]
-    ) -> None:
-        self._inbox.append((fn, args))
-        if not self._inbox_scheduled:
-            # Set before the drain can run: a post racing the drain either sees False (and
-            # schedules another drain) or lands before the drain's final emptiness check.
-            self._inbox_scheduled = True
-            try:
-                loop.call_soon_threadsafe(self._drain_inbox)
-            except RuntimeError:
-                self._inbox_scheduled = False
-                raise
-
-    def _drain_inbox(self) -> None:
-        """Loop thread: run every posted callback, in the order they were posted."""
-        self._inbox_scheduled = False
-        inbox = self._inbox
-        try:
-            while inbox:
-                fn, args = inbox.popleft()
-                fn(*args)
-        finally:
-            if inbox and not self._inbox_scheduled:  # a callback raised: run the rest later
-                self._inbox_scheduled = True
-                assert self._loop is not None
-                self._loop.call_soon(self._drain_inbox)
-
-    def _fail_item(self, item: ThreadWaiter | PortalFuture[Any]) -> None:
-        if isinstance(item, ThreadWaiter):
-            item.try_fail(_shutdown_error())
-        else:
-            item._fail(_shutdown_error())
-
-    def _soon(self, fn: Callable[..., object], *args: object) -> None:
-        """Schedule a loop-thread callback with no waiter (an undo, a release); never raises."""
-        loop = self._loop
-        if loop is None or self._dead:
-            return
-        try:
-            self._post(loop, fn, args)
-        except RuntimeError:
-            pass
-
-    def _undo(self, waiter: ThreadWaiter) -> None:
-        """After `try_abandon` won: undo the wait on the loop (leave the queue, cancel)."""
-        self._soon(_run_abort, waiter)
-
-    def _wait(
-        self,
-        waiter: ThreadWaiter,
-        timeout: float | None = None,
-        hand_back: Callable[[object], object] | None = None,
-    ) -> bool:
-        """Block until `waiter` is resolved; False if it gave up at `timeout` (and was undone).
-
-        If the wait is interrupted (Ctrl-C) the waiter is abandoned and undone, or, when a value
-        was already handed over, `hand_back(value)` returns it on the loop; then the
-        interruption propagates.
-        """
-        try:
-            if waiter.wait(timeout):
-                return True
-            if waiter.try_abandon():
-                self._timeouts += 1
-                self._undo(waiter)
-                return False
-            waiter.wait(None)  # resolved at the same moment: it is ours (released already)
-            return True
-        except BaseException:
-            if waiter.try_abandon():
-                self._undo(waiter)
-            elif waiter.woken and hand_back is not None:
-                self._soon(hand_back, waiter.value)
-            raise
-        finally:
-            self._pending.discard(waiter)
-
-    def _park(self, waiter: ThreadWaiter, attempt: Callable[[ThreadWaiter], None]) -> None:
-        """Loop thread: run `attempt` (a fast path, else park `waiter`) under its lock."""
-        with waiter.mutex:
-            if not waiter.waiting:
-                return  # gave up before we got here: nothing to do, nothing to undo
-            if self._closing:
-                waiter.try_fail(_shutdown_error())
-                return
-            try:
-                attempt(waiter)
-            except BaseException as exc:
-                waiter.try_fail(exc)
-                exc = None  # type: ignore[assignment]
-
-    def _blocking(
-        self,
-        attempt: Callable[[ThreadWaiter], None],
-        timeout: float | None = None,
-        hand_back: Callable[[object], object] | None = None,
-    ) -> tuple[bool, object]:
-        """Run `attempt` on the loop for a new waiter and block: (resolved, value or raise)."""
-        waiter = ThreadWaiter()
-        self._submit(waiter, self._park, waiter, attempt)
-        if not self._wait(waiter, timeout, hand_back):
-            return False, None
-        return True, waiter.outcome()
-
-    # -- calls and tasks ---------------------------------------------------------------------
-
-    def _new_task(
-        self,
-        fn: Callable[..., Awaitable[T]],
-        args: tuple[object, ...],
-        context: contextvars.Context,
-        name: str | None,
-    ) -> asyncio.Task[T]:
-        awaitable = context.run(fn, *args)
-        if inspect.iscoroutine(awaitable):
-            coro: Coroutine[Any, Any, T] = awaitable
-        elif inspect.isawaitable(awaitable):
-            coro = _await(awaitable)
-        else:
-            raise TypeError(
-                f"fn must return an awaitable (pass an async function), got "
-                f"{type(awaitable).__name__}"
-            )
-        loop = self._loop
-        assert loop is not None
-        if _EAGER_START:
-            return asyncio.Task(coro, loop=loop, name=name, context=context,
-                                eager_start=True)  # type: ignore[call-arg,unused-ignore]
-        return loop.create_task(coro, name=name, context=context)
 
     def call(self, fn: Callable[[Unpack[Ts]], Awaitable[T]], /, *args: *Ts) -> T:
         """Run ``await fn(*args)`` on the portal's loop and block until it returns.
@@ -693,71 +348,18 @@ class Portal:
             RuntimeError: called from the loop's own thread, or the portal is not open.
             ShutdownError: the portal is closed (the future fails with it if the portal closes
                 before the task finishes).
+
+        Example:
+            >>> import asyncio, concurrent.futures
+            >>> with Portal() as portal:
+            ...     future = portal.start_task_soon(asyncio.sleep, 3600)
+            ...     future.cancel()  # the future completes once the task has finished
+            ...     done, _ = concurrent.futures.wait([future], timeout=5)
+            ...     print(future.cancelled())
+            True
+            True
         """
         return self._submit_task(fn, args, name, None)
-
-    def _submit_task(
-        self,
-        fn: Callable[..., Awaitable[T]],
-        args: tuple[object, ...],
-        name: str | None,
-        spawn: Callable[[Coroutine[Any, Any, T], str | None, contextvars.Context],
-                        asyncio.Task[T]] | None,
-    ) -> PortalFuture[T]:
-        future: PortalFuture[T] = PortalFuture(self._request_cancel)
-        context = contextvars.copy_context()
-        if spawn is None:
-            self._futures.add(future)
-        future.add_done_callback(self._forget_future)  # type: ignore[arg-type]
-        self._submit(future, self._start_task, future, fn, args, context, name, spawn)
-        return future
-
-    def _forget_future(self, future: PortalFuture[Any]) -> None:
-        self._futures.discard(future)
-        self._pending.discard(future)
-
-    def _start_task(
-        self,
-        future: PortalFuture[T],
-        fn: Callable[..., Awaitable[T]],
-        args: tuple[object, ...],
-        context: contextvars.Context,
-        name: str | None,
-        spawn: Callable[[Coroutine[Any, Any, T], str | None, contextvars.Context],
-                        asyncio.Task[T]] | None,
-    ) -> None:
-        if future.done():
-            return
-        if future._cancel_requested:
-            future._finish_cancelled()
-            return
-        if self._closing:
-            future._fail(_shutdown_error())
-            return
-        try:
-            if spawn is None:
-                task = self._new_task(fn, args, context, name)
-            else:
-                awaitable = context.run(fn, *args)
-                coro = awaitable if inspect.iscoroutine(awaitable) else _await(awaitable)
-                task = spawn(coro, name, context)
-        except BaseException as exc:
-            future._fail(exc)
-            return
-        future._task = task
-        if task.done():
-            future._settle(task, self._closing)
-            return
-        if spawn is None:
-            self._tasks.add(task)
-        task.add_done_callback(partial(self._task_done, future))
-
-    def _task_done(self, future: PortalFuture[T], task: asyncio.Task[T]) -> None:
-        self._tasks.discard(task)
-        future._settle(task, self._closing)
-
-    def _request_cancel(self, future: PortalFuture[Any]) -> None:
-        self._soon(_cancel_task_of, future)
 
     # -- blocking views ----------------------------------------------------------------------
 
@@ -768,6 +370,15 @@ class Portal:
 
         Raises:
             TypeError: `semaphore` is not an `executors.aio.Semaphore` (or BoundedSemaphore).
+
+        Example:
+            >>> from executors.aio import Semaphore
+            >>> sem = Semaphore(1)
+            >>> with Portal() as portal:
+            ...     view = portal.semaphore(sem)
+            ...     with view:  # holds the permit tasks also queue for
+            ...         print(view.acquire(timeout=0.01))
+            False
         """
         if not isinstance(semaphore, Semaphore):
             raise TypeError(
@@ -780,6 +391,14 @@ class Portal:
 
         Raises:
             TypeError: `lock` is not an `executors.aio.Lock`.
+
+        Example:
+            >>> from executors.aio import Lock
+            >>> with Portal() as portal:
+            ...     view = portal.lock(Lock())
+            ...     print(view.acquire(), view.acquire(blocking=False))
+            ...     view.release()
+            True False
         """
         if not isinstance(lock, Lock):
             raise TypeError(f"lock must be an executors.aio.Lock, got {type(lock).__name__}")
@@ -790,6 +409,17 @@ class Portal:
 
         Raises:
             TypeError: `channel` is not an `executors.aio.Channel`.
+
+        Example:
+            >>> from executors.aio import Channel
+            >>> ch: Channel[int] = Channel(2)
+            >>> with Portal() as portal:
+            ...     view = portal.channel(ch)
+            ...     view.send(1)
+            ...     view.send(2)
+            ...     view.close()
+            ...     print(list(view))
+            [1, 2]
         """
         if not isinstance(channel, _Channel):
             raise TypeError(f"channel must be an executors.aio.Channel, got "
@@ -809,6 +439,15 @@ class Portal:
                 received, and no registration is left behind).
             ChannelClosed: every operation is ignore_on_closed and its channel is closed.
             ValueError: no operations; TypeError: an operation is not a Send or Get.
+
+        Example:
+            >>> from executors.aio import Channel, Get
+            >>> a: Channel[str] = Channel(1)
+            >>> b: Channel[str] = Channel(1)
+            >>> with Portal() as portal:
+            ...     portal.channel(b).send("b")
+            ...     print(portal.select(Get(a), Get(b), timeout=1).value)
+            b
         """
         return select_blocking(self, operations, timeout, ordered)
 
@@ -830,20 +469,15 @@ class Portal:
 
         Raises:
             TypeError: `exception_handler` given for a non-persistent group.
+
+        Example:
+            >>> import asyncio
+            >>> with Portal() as portal:
+            ...     with portal.task_group() as tg:
+            ...         futures = [tg.create_task(asyncio.sleep, 0, n) for n in range(3)]
+            ...     print([f.result() for f in futures])
+            [0, 1, 2]
         """
         if exception_handler is not None and not persistent:
             raise TypeError("exception_handler applies to persistent=True groups only")
         return BlockingTaskGroup(self, persistent, name, exception_handler)
-
-
-def _run_abort(waiter: ThreadWaiter) -> None:
-    abort = waiter.abort
-    if abort is not None:
-        abort()
-
-
-def _cancel_task_of(future: PortalFuture[Any]) -> None:
-    task = future._task
-    if task is not None:
-        task.cancel()
-

@@ -1,0 +1,453 @@
+"""The machinery under `integrations.bridge.Portal`: loop thread, inbox, waits, tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextvars
+import inspect
+import itertools
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
+from typing import Any, TypeVar
+
+from executors.errors import ShutdownError
+
+from ._bridge_waiter import PortalFuture, ThreadWaiter
+
+__all__ = ("PortalCore", "shutdown_error")
+
+T = TypeVar("T")
+
+# 3.12+: a Task can run its first step at once, inside the callback that creates it (what the
+# eager task factory does): a round trip saves a loop iteration. Sound, unlike running the
+# coroutine's first step without a Task (current_task() would be None there; research addendum).
+_EAGER_START = sys.version_info >= (3, 12)
+_names = itertools.count(1)
+
+
+def shutdown_error() -> ShutdownError:
+    # A fresh instance per waiter: one exception raised in several threads would have its
+    # traceback rewritten by each of them.
+    return ShutdownError(
+        "the portal is closed: its event loop no longer runs calls (open a new Portal)"
+    )
+
+
+_shutdown_error = shutdown_error
+
+
+async def _await(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+class PortalCore:
+    """State and machinery of a `Portal` (its only subclass): how the loop thread runs and
+    stops, how thread-side work reaches the loop (one inbox), how a thread waits (a
+    `ThreadWaiter`, undone on timeout or Ctrl-C), and how tasks are started and tracked.
+
+    Threads never touch loop-side state (`_tasks`, the primitives) except through callbacks
+    posted to the loop; loop-side code never blocks.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_closed",
+        "_closing",
+        "_dead",
+        "_drained",
+        "_futures",
+        "_inbox",
+        "_inbox_scheduled",
+        "_loop",
+        "_loop_ident",
+        "_name",
+        "_own",
+        "_pending",
+        "_started",
+        "_startup_error",
+        "_state",
+        "_submitted",
+        "_tasks",
+        "_thread",
+        "_timeouts",
+    )
+
+    def __init__(
+        self, *, loop: asyncio.AbstractEventLoop | None = None, name: str | None = None
+    ) -> None:
+        if loop is not None and not isinstance(loop, asyncio.AbstractEventLoop):
+            raise TypeError(f"loop must be an asyncio event loop, got {type(loop).__name__}")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+        self._name = name if name is not None else f"Portal-{next(_names)}"
+        self._own = loop is None
+        self._loop: asyncio.AbstractEventLoop | None = loop
+        self._loop_ident: int | None = None
+        self._thread: threading.Thread | None = None
+        self._state = "idle"
+        self._closed = False  # close() was called: thread side refuses new work
+        self._closing = False  # loop side: the shutdown began, new work fails there
+        self._dead = False  # the loop no longer runs our callbacks
+        # Thread-side waits not yet resolved: failed by the final sweep if the loop dies under
+        # them, so no caller can hang on a callback that will never run (zigpy/bellows#745).
+        self._pending: set[ThreadWaiter | PortalFuture[Any]] = set()
+        self._futures: set[PortalFuture[Any]] = set()  # start_task_soon futures not done
+        self._tasks: set[asyncio.Task[Any]] = set()  # loop thread only
+        # Thread -> loop callbacks, run in order by one loop callback: threads posting while a
+        # drain is already scheduled do not write to the loop's self-pipe again (one wake-up
+        # for a burst, e.g. a release followed by the next acquire).
+        self._inbox: collections.deque[tuple[Callable[..., object], tuple[object, ...]]] = (
+            collections.deque())
+        self._inbox_scheduled = False
+        self._started = threading.Event()
+        self._startup_error: BaseException | None = None
+        self._drained = threading.Event()
+        self._submitted = 0
+        self._timeouts = 0
+
+    def _attach(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        if loop.is_closed() or not loop.is_running():
+            raise RuntimeError("Portal(loop=...) needs a loop that runs (in another thread)")
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._loop_ident = threading.get_ident()
+            return
+        seen = threading.Event()
+
+        def record() -> None:
+            self._loop_ident = threading.get_ident()
+            seen.set()
+
+        loop.call_soon_threadsafe(record)
+        if not seen.wait(10.0):
+            raise RuntimeError("Portal(loop=...): the loop did not run a callback in 10 s")
+
+    def _run(self) -> None:
+        try:
+            loop = asyncio.new_event_loop()
+        except BaseException as exc:
+            self._startup_error = exc
+            self._started.set()
+            return
+        self._loop = loop
+        self._loop_ident = threading.get_ident()
+        self._started.set()
+        try:
+            loop.run_forever()
+        finally:
+            self._finish(loop)
+
+    def _finish(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The loop thread's last act: fail late arrivals, finish leftover tasks, close."""
+        self._closing = True
+        self._closed = True
+        try:
+            # Callbacks queued by threads while the loop stopped run here and fail cleanly
+            # (they see _closing); tasks the callees started are cancelled and awaited, so no
+            # "Task was destroyed but it is pending" and no late result to a closed loop.
+            leftovers = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for task in leftovers:
+                task.cancel()
+            if leftovers:
+                loop.run_until_complete(asyncio.gather(*leftovers, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            self._dead = True
+            loop.close()
+            self._sweep()
+            self._state = "closed"
+            self._drained.set()
+
+    def _sweep(self) -> None:
+        # After _dead is set, a thread that adds a waiter re-checks _dead and fails it itself;
+        # one added earlier is failed here. Either way nobody waits on a dead loop.
+        for item in list(self._pending):
+            if isinstance(item, ThreadWaiter):
+                item.try_fail(_shutdown_error())
+            elif not item.done():
+                item._fail(_shutdown_error())
+
+    def _after_fork_in_child(self) -> None:
+        # The child has no loop thread and must not touch the parent's loop: the portal is
+        # simply gone there (a new Portal can be opened in the child).
+        self._closed = self._closing = self._dead = True
+        self._state = "closed"
+        self._thread = None
+        self._pending = set()
+        self._futures = set()
+        self._tasks = set()
+        self._inbox = collections.deque()
+        self._inbox_scheduled = False
+        self._drained = threading.Event()
+        self._drained.set()
+
+    def _shutdown(self) -> None:
+        """Loop thread: fail every pending thread wait, cancel our tasks, then stop."""
+        self._closing = True
+        for item in list(self._pending):
+            if isinstance(item, ThreadWaiter) and item.abort is not None:
+                with item.mutex:
+                    if item.try_fail(_shutdown_error()):
+                        item.abort()
+        for task in list(self._tasks):
+            task.cancel()
+        loop = self._loop
+        assert loop is not None
+        loop.create_task(self._stop_when_idle())
+
+    async def _stop_when_idle(self) -> None:
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
+            self._tasks = {task for task in self._tasks if not task.done()}
+        if self._own:
+            assert self._loop is not None
+            self._loop.stop()
+        else:
+            self._dead = True  # for us: an attached loop keeps running other code
+            self._sweep()
+            self._state = "closed"
+            self._drained.set()
+
+    # -- thread-side machinery ---------------------------------------------------------------
+
+    def _check_caller(self, what: str) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        if threading.get_ident() == self._loop_ident:
+            raise RuntimeError(
+                f"{what} cannot be called from the portal's event loop thread: it would block "
+                "the loop it waits for (a deadlock). In a coroutine, await the coroutine or use "
+                "the aio primitive directly."
+            )
+        if self._closed or self._dead:
+            raise _shutdown_error()
+        if loop is None or self._state == "idle":
+            raise RuntimeError(f"{self!r} is not open: use `with Portal() as portal:`")
+        return loop
+
+    def _submit(
+        self, item: ThreadWaiter | PortalFuture[Any], fn: Callable[..., object], *args: object
+    ) -> None:
+        """Schedule ``fn(*args)`` on the loop for `item`'s sake; fail `item` if it cannot run."""
+        loop = self._check_caller("this portal method")
+        self._submitted += 1
+        self._pending.add(item)
+        try:
+            self._post(loop, fn, args)
+        except RuntimeError:  # the loop was closed meanwhile
+            self._fail_item(item)
+            return
+        if self._dead:
+            # The loop died after we checked: the final sweep may have missed `item`.
+            self._fail_item(item)
+
+    def _post(
+        self, loop: asyncio.AbstractEventLoop, fn: Callable[..., object], args: tuple[object, ...]
+    ) -> None:
+        self._inbox.append((fn, args))
+        if not self._inbox_scheduled:
+            # Set before the drain can run: a post racing the drain either sees False (and
+            # schedules another drain) or lands before the drain's final emptiness check.
+            self._inbox_scheduled = True
+            try:
+                loop.call_soon_threadsafe(self._drain_inbox)
+            except RuntimeError:
+                self._inbox_scheduled = False
+                raise
+
+    def _drain_inbox(self) -> None:
+        """Loop thread: run every posted callback, in the order they were posted."""
+        self._inbox_scheduled = False
+        inbox = self._inbox
+        try:
+            while inbox:
+                fn, args = inbox.popleft()
+                fn(*args)
+        finally:
+            if inbox and not self._inbox_scheduled:  # a callback raised: run the rest later
+                self._inbox_scheduled = True
+                assert self._loop is not None
+                self._loop.call_soon(self._drain_inbox)
+
+    def _fail_item(self, item: ThreadWaiter | PortalFuture[Any]) -> None:
+        if isinstance(item, ThreadWaiter):
+            item.try_fail(_shutdown_error())
+        else:
+            item._fail(_shutdown_error())
+
+    def _soon(self, fn: Callable[..., object], *args: object) -> None:
+        """Schedule a loop-thread callback with no waiter (an undo, a release); never raises."""
+        loop = self._loop
+        if loop is None or self._dead:
+            return
+        try:
+            self._post(loop, fn, args)
+        except RuntimeError:
+            pass
+
+    def _undo(self, waiter: ThreadWaiter) -> None:
+        """After `try_abandon` won: undo the wait on the loop (leave the queue, cancel)."""
+        self._soon(_run_abort, waiter)
+
+    def _wait(
+        self,
+        waiter: ThreadWaiter,
+        timeout: float | None = None,
+        hand_back: Callable[[object], object] | None = None,
+    ) -> bool:
+        """Block until `waiter` is resolved; False if it gave up at `timeout` (and was undone).
+
+        If the wait is interrupted (Ctrl-C) the waiter is abandoned and undone, or, when a value
+        was already handed over, `hand_back(value)` returns it on the loop; then the
+        interruption propagates.
+        """
+        try:
+            if waiter.wait(timeout):
+                return True
+            if waiter.try_abandon():
+                self._timeouts += 1
+                self._undo(waiter)
+                return False
+            waiter.wait(None)  # resolved at the same moment: it is ours (released already)
+            return True
+        except BaseException:
+            if waiter.try_abandon():
+                self._undo(waiter)
+            elif waiter.woken and hand_back is not None:
+                self._soon(hand_back, waiter.value)
+            raise
+        finally:
+            self._pending.discard(waiter)
+
+    def _park(self, waiter: ThreadWaiter, attempt: Callable[[ThreadWaiter], None]) -> None:
+        """Loop thread: run `attempt` (a fast path, else park `waiter`) under its lock."""
+        with waiter.mutex:
+            if not waiter.waiting:
+                return  # gave up before we got here: nothing to do, nothing to undo
+            if self._closing:
+                waiter.try_fail(_shutdown_error())
+                return
+            try:
+                attempt(waiter)
+            except BaseException as exc:
+                waiter.try_fail(exc)
+                exc = None  # type: ignore[assignment]
+
+    def _blocking(
+        self,
+        attempt: Callable[[ThreadWaiter], None],
+        timeout: float | None = None,
+        hand_back: Callable[[object], object] | None = None,
+    ) -> tuple[bool, object]:
+        """Run `attempt` on the loop for a new waiter and block: (resolved, value or raise)."""
+        waiter = ThreadWaiter()
+        self._submit(waiter, self._park, waiter, attempt)
+        if not self._wait(waiter, timeout, hand_back):
+            return False, None
+        return True, waiter.outcome()
+
+    def _new_task(
+        self,
+        fn: Callable[..., Awaitable[T]],
+        args: tuple[object, ...],
+        context: contextvars.Context,
+        name: str | None,
+    ) -> asyncio.Task[T]:
+        awaitable = context.run(fn, *args)
+        if inspect.iscoroutine(awaitable):
+            coro: Coroutine[Any, Any, T] = awaitable
+        elif inspect.isawaitable(awaitable):
+            coro = _await(awaitable)
+        else:
+            raise TypeError(
+                f"fn must return an awaitable (pass an async function), got "
+                f"{type(awaitable).__name__}"
+            )
+        loop = self._loop
+        assert loop is not None
+        if _EAGER_START:
+            return asyncio.Task(coro, loop=loop, name=name, context=context,
+                                eager_start=True)  # type: ignore[call-arg,unused-ignore]
+        return loop.create_task(coro, name=name, context=context)
+
+    def _submit_task(
+        self,
+        fn: Callable[..., Awaitable[T]],
+        args: tuple[object, ...],
+        name: str | None,
+        spawn: Callable[[Coroutine[Any, Any, T], str | None, contextvars.Context],
+                        asyncio.Task[T]] | None,
+    ) -> PortalFuture[T]:
+        future: PortalFuture[T] = PortalFuture(self._request_cancel)
+        context = contextvars.copy_context()
+        if spawn is None:
+            self._futures.add(future)
+        future.add_done_callback(self._forget_future)  # type: ignore[arg-type]
+        self._submit(future, self._start_task, future, fn, args, context, name, spawn)
+        return future
+
+    def _forget_future(self, future: PortalFuture[Any]) -> None:
+        self._futures.discard(future)
+        self._pending.discard(future)
+
+    def _start_task(
+        self,
+        future: PortalFuture[T],
+        fn: Callable[..., Awaitable[T]],
+        args: tuple[object, ...],
+        context: contextvars.Context,
+        name: str | None,
+        spawn: Callable[[Coroutine[Any, Any, T], str | None, contextvars.Context],
+                        asyncio.Task[T]] | None,
+    ) -> None:
+        if future.done():
+            return
+        if future._cancel_requested:
+            future._finish_cancelled()
+            return
+        if self._closing:
+            future._fail(_shutdown_error())
+            return
+        try:
+            if spawn is None:
+                task = self._new_task(fn, args, context, name)
+            else:
+                awaitable = context.run(fn, *args)
+                coro = awaitable if inspect.iscoroutine(awaitable) else _await(awaitable)
+                task = spawn(coro, name, context)
+        except BaseException as exc:
+            future._fail(exc)
+            return
+        future._task = task
+        if task.done():
+            future._settle(task, self._closing)
+            return
+        if spawn is None:
+            self._tasks.add(task)
+        task.add_done_callback(partial(self._task_done, future))
+
+    def _task_done(self, future: PortalFuture[T], task: asyncio.Task[T]) -> None:
+        self._tasks.discard(task)
+        future._settle(task, self._closing)
+
+    def _request_cancel(self, future: PortalFuture[Any]) -> None:
+        self._soon(_cancel_task_of, future)
+
+def _run_abort(waiter: ThreadWaiter) -> None:
+    abort = waiter.abort
+    if abort is not None:
+        abort()
+
+
+def _cancel_task_of(future: PortalFuture[Any]) -> None:
+    task = future._task
+    if task is not None:
+        task.cancel()
+
