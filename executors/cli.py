@@ -1,4 +1,4 @@
-"""The ``executors`` command: ``bench`` (and the other subcommands as they land)."""
+"""The ``executors`` command: ``demo``, ``bench`` and ``supervise``."""
 
 from __future__ import annotations
 
@@ -45,6 +45,31 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    # The demo uses the integrations (pymongo, the bridge): only the command line may import them.
+    try:
+        from integrations import _demo
+    except ImportError as exc:
+        print(f"executors demo: {exc}; install the extras: pip install -e '.[test]'",
+              file=sys.stderr)
+        return 2
+    try:
+        config = _demo.DemoConfig(seconds=args.seconds, uri=args.uri, workers=args.workers,
+                                  db_slots=args.db_slots, abandon_rate=args.abandon_rate,
+                                  seed=args.seed)
+    except ValueError as exc:
+        print(f"executors demo: {exc}", file=sys.stderr)
+        return 2
+    live = False if args.plain else None
+    try:
+        report = _demo.run_demo(config, sys.stdout, live=live)
+    except RuntimeError as exc:  # the embedded server could not start
+        print(f"executors demo: {exc}", file=sys.stderr)
+        return 2
+    print(report.render(), flush=True)
+    return 1 if report.leaks else 0
+
+
 def _add_supervise(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from . import _coordinator_cli
 
@@ -75,6 +100,26 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-render", action="store_true",
                        help="after measuring, leave the docs' benchmark pages as they are")
     bench.set_defaults(func=_cmd_bench)
+    demo = sub.add_parser(
+        "demo", help="run a threaded pymongo application on the executors' machinery; report",
+        description="Serve simulated requests from worker threads through pymongo against an "
+        "embedded nx-27017 server (or --uri): abandoned cursors are killed by a CursorReaper, a "
+        "fair semaphore shared through the bridge caps database work for threads and an "
+        "asyncio task, a channel feeds an asyncio consumer, a BackgroundService runs the "
+        "periodic jobs. Prints a live view, then a report; exits 1 if anything leaked.")
+    demo.add_argument("--seconds", type=float, default=20.0, help="how long to run (default 20)")
+    demo.add_argument("--uri", default=None,
+                      help="a MongoDB deployment to use instead of the embedded nx-27017 server "
+                      "(the demo writes to, then drops, the database executors_demo)")
+    demo.add_argument("--workers", type=int, default=8, help="worker threads (default 8)")
+    demo.add_argument("--db-slots", type=int, default=4,
+                      help="concurrent database operations allowed (default 4)")
+    demo.add_argument("--abandon-rate", type=float, default=0.3,
+                      help="share of requests that abandon their cursor (default 0.3)")
+    demo.add_argument("--seed", type=int, default=None, help="random seed, for a repeatable run")
+    demo.add_argument("--plain", action="store_true",
+                      help="plain progress lines even on a terminal")
+    demo.set_defaults(func=_cmd_demo)
     _add_supervise(sub)
     return parser
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -129,3 +131,65 @@ def test_bench_quick_from_the_command_line() -> None:
     assert "| metric | advantage | executors" in proc.stdout
     assert f"[1/1] {area}: ok" in proc.stderr
     assert {p: p.stat().st_mtime_ns for p in _bench.RESULTS_DIR.glob("*.json")} == before
+
+
+# -- executors demo ---------------------------------------------------------------------------
+
+
+def _demo(*args: str) -> list[str]:
+    return [sys.executable, "-m", "executors", "demo", "--plain", *args]
+
+
+def _number(pattern: str, text: str) -> int:
+    match = re.search(pattern, text)
+    assert match, f"{pattern!r} not in:\n{text}"
+    return int(match.group(1).replace(",", ""))
+
+
+@pytest.mark.timeout(120)
+def test_demo_runs_against_the_embedded_server_with_no_leaks() -> None:
+    """A short demo serves requests, kills every abandoned cursor (server-confirmed), exits 0."""
+    proc = subprocess.run(_demo("--seconds", "4", "--seed", "7"), cwd=ROOT, capture_output=True,
+                          text=True, timeout=110, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "nx-27017 (embedded) on 127.0.0.1:" in out
+    assert _number(r"leaks\s+(\d+)", out) == 0
+    served = _number(r"requests served\s+([\d,]+)", out)
+    assert served > 0
+    assert _number(r"([\d,]+) results consumed by the asyncio task", out) == served
+    abandoned = _number(r"([\d,]+) abandoned mid-iteration", out)
+    assert abandoned > 0
+    assert _number(r"([\d,]+) killed \(confirmed", out) == abandoned
+    assert _number(r"([\d,]+) by the task", out) > 0, "the asyncio task never took a db slot"
+    assert "errors" not in out, out
+    assert proc.stderr == "", proc.stderr[-3000:]
+
+
+@pytest.mark.timeout(120)
+def test_demo_ctrl_c_stops_cleanly_with_the_same_report() -> None:
+    """SIGINT during the run stops it cleanly: the report says interrupted, no leaks, exit 0."""
+    with subprocess.Popen(_demo("--seconds", "60"), cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        lines = []
+        for line in proc.stdout:  # the first progress line: the workers are serving
+            lines.append(line)
+            if line.startswith("executors demo ["):
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    text = "".join(lines) + out
+    assert proc.returncode == 0, text[-3000:] + err[-3000:]
+    assert "interrupted after" in text
+    assert _number(r"leaks\s+(\d+)", text) == 0
+    assert _number(r"([\d,]+) abandoned mid-iteration", text) == _number(
+        r"([\d,]+) killed \(confirmed", text)
+
+
+def test_demo_refuses_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    """Bad settings are refused before anything starts, with exit code 2 and the reason."""
+    assert cli.main(["demo", "--seconds", "0"]) == 2
+    assert "seconds must be a finite number > 0" in capsys.readouterr().err
+    assert cli.main(["demo", "--abandon-rate", "2"]) == 2
+    assert "abandon_rate must be within [0, 1]" in capsys.readouterr().err

@@ -1,0 +1,588 @@
+"""The engine of ``executors demo``: a threaded pymongo application on the executors' machinery.
+
+Worker threads serve simulated requests against a MongoDB server (an embedded nx-27017 on a free
+loopback port unless a URI is given). Each request pages through a raw command cursor; some stop
+mid-iteration and drop the request object that owns the cursor, and a `CursorReaper` kills those
+server-side cursors from a weakref callback, confirmed by the server's killCursors replies. A
+fair semaphore, shared through the bridge, caps concurrent database work for the threads and for
+an asyncio task together; a channel hands every result to an asyncio consumer; a
+`BackgroundService` runs the periodic jobs, among them a server monitor that holds its owner only
+weakly. The run ends after a fixed time or on Ctrl-C, and a report says what happened, leaks
+first. Only the command line imports this module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import math
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO, final
+
+import pymongo
+from pymongo import monitoring
+
+from executors import BackgroundService, CancelToken, ThreadGroup, registry
+from executors.aio import Channel, Semaphore
+from executors.errors import ChannelClosed
+from integrations.bridge import Portal
+from integrations.mongo import CursorReaper
+
+__all__ = ("DemoConfig", "DemoReport", "EmbeddedServer", "run_demo")
+
+DATABASE = "executors_demo"
+COLLECTION = "items"
+
+
+@final
+@dataclasses.dataclass(frozen=True)
+class DemoConfig:
+    """What the demo runs: for how long, against which server, with how much concurrency."""
+
+    seconds: float = 20.0
+    uri: str | None = None
+    workers: int = 8
+    db_slots: int = 4
+    abandon_rate: float = 0.3
+    documents: int = 2_000
+    batch_size: int = 10
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.seconds, (int, float)) and 0 < self.seconds < math.inf):
+            raise ValueError(f"seconds must be a finite number > 0, got {self.seconds!r}")
+        for name in ("workers", "db_slots", "documents", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if not 0 <= self.abandon_rate <= 1:
+            raise ValueError(f"abandon_rate must be within [0, 1], got {self.abandon_rate!r}")
+
+
+@final
+@dataclasses.dataclass(frozen=True)
+class DemoReport:
+    """What happened during a run. `leaks` must be 0."""
+
+    server: str
+    seconds: float
+    interrupted: bool
+    requests: int
+    documents_read: int
+    results_consumed: int
+    cursors_opened: int
+    cursors_abandoned: int
+    cursors_killed: int
+    cursors_not_found: int
+    kill_commands: int
+    leaked_cursors: int
+    leaked_threads: tuple[str, ...]
+    db_acquisitions_threads: int
+    db_acquisitions_tasks: int
+    db_waits: int
+    db_wait_p50_ms: float
+    db_wait_p99_ms: float
+    executors: int
+    executor_runs: int
+    executor_wakeups: int
+    monitor_checks: int
+    service_jobs: int
+    shutdown_seconds: float
+    errors: tuple[str, ...]
+
+    @property
+    def leaks(self) -> int:
+        """Cursors never confirmed killed, plus threads left running after shutdown."""
+        return self.leaked_cursors + len(self.leaked_threads)
+
+    def render(self) -> str:
+        """The report as the command prints it."""
+        polling = 2.0 * self.executors * self.seconds  # PyMongo's executors wake every 0.5 s
+        rate = self.requests / self.seconds if self.seconds else 0.0
+        lines = [
+            (f"executors demo: {'interrupted' if self.interrupted else 'finished'} after "
+            f"{self.seconds:.1f} s against {self.server}"),
+            f"  leaks                 {self.leaks}"
+            + ("" if not self.leaks else
+               f"  ({self.leaked_cursors} cursor(s), threads: {', '.join(self.leaked_threads)})"),
+            (f"  requests served       {self.requests:,} ({rate:,.0f}/s), "
+            f"{self.documents_read:,} documents; {self.results_consumed:,} results consumed "
+            "by the asyncio task"),
+            (f"  cursors               {self.cursors_opened:,} opened, {self.cursors_abandoned:,} "
+            f"abandoned mid-iteration, {self.cursors_killed:,} killed (confirmed by "
+            f"{self.kill_commands:,} killCursors replies), {self.cursors_not_found} not found"),
+            (f"  db slots (fair)       {self.db_acquisitions_threads:,} by threads + "
+            f"{self.db_acquisitions_tasks:,} by the task; {self.db_waits:,} queued, wait p50 "
+            f"{self.db_wait_p50_ms:.2f} ms, p99 {self.db_wait_p99_ms:.2f} ms"),
+            (f"  executor wake-ups     {self.executor_wakeups:,} for {self.executor_runs:,} runs "
+             f"on {self.executors} executor thread(s), which sleep until due or woken (polling "
+             f"executors would add 2/s each: ~{polling:,.0f})"),
+            (f"  service               {self.service_jobs} periodic job(s); server monitor "
+            f"{self.monitor_checks} check(s)"),
+            f"  shutdown              {self.shutdown_seconds * 1000:.0f} ms",
+        ]
+        if self.errors:
+            lines.append(f"  errors                {len(self.errors)}: {self.errors[0]}")
+        return "\n".join(lines)
+
+
+# -- the embedded server ---------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@final
+class EmbeddedServer:
+    """nx-27017 (a MongoDB wire-protocol server over SQLite) on a free loopback port.
+
+    A context manager: entering starts the server and waits until it accepts connections,
+    leaving stops it (SIGTERM, then SIGKILL after a grace period).
+
+    Raises:
+        RuntimeError: nx-27017 is not installed or did not start within *timeout* seconds.
+    """
+
+    def __init__(self, timeout: float = 20.0) -> None:
+        self._timeout = timeout
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+        self.port = 0
+
+    @property
+    def uri(self) -> str:
+        return f"mongodb://127.0.0.1:{self.port}/?directConnection=true"
+
+    def _executable(self) -> str:
+        beside = Path(sys.executable).parent / "nx-27017"
+        found = str(beside) if beside.exists() else shutil.which("nx-27017")
+        if not found:
+            raise RuntimeError("nx-27017 is not installed: pip install -e '.[test]' (or pass "
+                               "--uri mongodb://... to use a running server)")
+        return found
+
+    def __enter__(self) -> EmbeddedServer:
+        executable = self._executable()
+        self._dir = tempfile.TemporaryDirectory(prefix="executors-demo-")
+        self.port = _free_port()
+        log = Path(self._dir.name) / "nx-27017.log"
+        self._proc = subprocess.Popen(
+            [executable, "--db", "memory", "-p", str(self.port), "--log-file", str(log),
+             "--pid-file", str(Path(self._dir.name) / "nx-27017.pid")],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a terminal's Ctrl-C reaches the demo, which stops it
+        )
+        deadline = time.monotonic() + self._timeout
+        while True:
+            if self._proc.poll() is not None:
+                self.__exit__(None, None, None)
+                raise RuntimeError(f"nx-27017 exited at start-up (code {self._proc.returncode})")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return self
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    self.__exit__(None, None, None)
+                    raise RuntimeError(
+                        f"nx-27017 did not listen within {self._timeout} s") from exc
+                time.sleep(0.05)  # polling a port that has not opened yet: nothing to wait on
+
+    def __exit__(self, *exc: object) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(5)
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
+
+
+# -- observing the server's replies ------------------------------------------------------------
+
+
+class _KillCursorsListener(monitoring.CommandListener):
+    """Counts what killCursors replies confirm: the ids killed and not found, by the server."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.killed: set[int] = set()
+        self.not_found: set[int] = set()
+        self.commands = 0
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        pass
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        if event.command_name != "killCursors":
+            return
+        reply = event.reply
+        with self._lock:
+            self.commands += 1
+            self.killed.update(int(c) for c in reply.get("cursorsKilled", ()))
+            self.not_found.update(int(c) for c in reply.get("cursorsNotFound", ()))
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+# -- the application -------------------------------------------------------------------------
+
+
+class _Request:
+    """A simulated request. It owns the server-side cursor it pages through."""
+
+    __slots__ = ("__weakref__", "cursor_id", "worker")
+
+    def __init__(self, worker: int, cursor_id: int) -> None:
+        self.worker = worker
+        self.cursor_id = cursor_id
+
+
+class _ServerMonitor:
+    """Pings the server while it exists: a service job that holds its owner only weakly.
+
+    The owner-weakref pattern: the job's function reaches the monitor through a weakref whose
+    callback cancels the job, and that weakref lives in the function's closure (which the
+    service keeps reachable), so dropping the monitor ends the job at once, even if the
+    monitor died in a reference cycle.
+    """
+
+    def __init__(self, service: BackgroundService,
+                 client: pymongo.MongoClient[dict[str, Any]]) -> None:
+        self._client = client
+        self.checks = 0
+        self.rtt_ms = 0.0
+        # The cell is filled before the job can run, and refilled with the weakref whose
+        # callback cancels the job once the job exists.
+        cell: list[weakref.ref[_ServerMonitor]] = [weakref.ref(self)]
+
+        def check() -> None:
+            monitor = cell[0]()
+            if monitor is not None:
+                monitor.check()
+
+        # Blocking network I/O: a dedicated job (its own PeriodicExecutor), not a pool thread.
+        self.job = service.every(1.0, check, name="server-monitor", min_interval=0.5,
+                                 dedicated=True)
+        cell[0] = weakref.ref(self, self.job.cancel)
+
+    def check(self) -> None:
+        started = time.perf_counter()
+        self._client.admin.command("ping")
+        self.rtt_ms = (time.perf_counter() - started) * 1000
+        self.checks += 1
+
+
+@dataclasses.dataclass
+class _Counters:
+    """Shared counters (each field is updated by one thread, or under `lock`)."""
+
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    requests: int = 0
+    documents: int = 0
+    consumed: int = 0
+    opened: int = 0
+    abandoned: set[int] = dataclasses.field(default_factory=set)
+    waits_ms: list[float] = dataclasses.field(default_factory=list)
+    queued: int = 0
+    thread_acquisitions: int = 0
+    task_acquisitions: int = 0
+    errors: list[str] = dataclasses.field(default_factory=list)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@final
+class _Demo:
+    def __init__(self, config: DemoConfig, uri: str, server: str) -> None:
+        self.config = config
+        self.uri = uri
+        self.server = server
+        self.stop = threading.Event()
+        self.counters = _Counters()
+        self.listener = _KillCursorsListener()
+        self.rng = random.Random(config.seed)
+        self.slots_waiting = 0
+
+    # the worker threads ---------------------------------------------------------------------
+
+    def worker(self, index: int, db_slots: Any, results: Any,
+               coll: pymongo.collection.Collection[dict[str, Any]]) -> None:
+        rng = random.Random(self.rng.random())
+        counters = self.counters
+        db = coll.database
+        size = self.config.batch_size
+        token = CancelToken.current()
+        assert token is not None  # started by the demo's ThreadGroup
+        while not token.cancelled:
+            try:
+                start = rng.randrange(max(1, self.config.documents - 3 * size))
+                abandon = rng.random() < self.config.abandon_rate
+                asked = time.perf_counter()
+                if not db_slots.acquire(blocking=False):
+                    with counters.lock:
+                        counters.queued += 1
+                    db_slots.acquire()
+                waited = (time.perf_counter() - asked) * 1000
+                try:
+                    reply = db.command("find", COLLECTION, batchSize=size,
+                                       filter={"i": {"$gte": start, "$lt": start + 3 * size}})
+                    cursor = reply["cursor"]
+                    cursor_id, read = int(cursor["id"]), len(cursor["firstBatch"])
+                    if cursor_id:
+                        with counters.lock:
+                            counters.opened += 1
+                    request = _Request(index, cursor_id)
+                    if cursor_id and abandon:
+                        # The request stops mid-iteration and is dropped: its cursor stays open on
+                        # the server until the reaper kills it from the weakref callback.
+                        self.reaper.track(request, cursor_id, cursor["ns"])
+                        with counters.lock:
+                            counters.abandoned.add(cursor_id)
+                    else:
+                        while request.cursor_id:
+                            more = db.command("getMore", request.cursor_id,
+                                              collection=COLLECTION, batchSize=size)
+                            request.cursor_id = int(more["cursor"]["id"])
+                            read += len(more["cursor"]["nextBatch"])
+                    del request
+                finally:
+                    db_slots.release()
+                with counters.lock:
+                    counters.waits_ms.append(waited)
+                    counters.thread_acquisitions += 1
+                results.send((index, read, waited))
+                with counters.lock:  # served: the result reached the channel
+                    counters.requests += 1
+                    counters.documents += read
+            except ChannelClosed:
+                return
+            except Exception as exc:  # a demo keeps serving, and reports what went wrong
+                with counters.lock:
+                    counters.errors.append(f"worker {index}: {type(exc).__name__}: {exc}")
+                if token.wait(0.1):
+                    return
+
+    # the asyncio side -----------------------------------------------------------------------
+
+    async def consume(self, results: Channel[tuple[int, int, float]], db_slots: Semaphore,
+                      audit: pymongo.AsyncMongoClient[dict[str, Any]]) -> None:
+        """Read every result; every 50, write a summary while holding a db slot (fairly)."""
+        counters = self.counters
+        stats = audit[DATABASE]["summaries"]
+        async for worker, read, _waited in results:
+            counters.consumed += 1
+            if counters.consumed % 50 == 0:
+                async with db_slots:
+                    counters.task_acquisitions += 1
+                    await stats.insert_one({"consumed": counters.consumed, "worker": worker,
+                                            "read": read})
+
+    # the run --------------------------------------------------------------------------------
+
+    def run(self, out: TextIO, live: bool) -> DemoReport:
+        config = self.config
+        before = {t.ident for t in threading.enumerate()}
+        client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
+            self.uri, event_listeners=[self.listener])
+        cleanup = contextlib.ExitStack()  # closes what was opened if the set-up fails
+        cleanup.callback(client.close)
+        with cleanup:
+            coll = client[DATABASE][COLLECTION]
+            coll.drop()
+            coll.insert_many([{"i": i, "payload": "x" * 64} for i in range(config.documents)])
+            coll.create_index("i")
+
+            self.reaper = CursorReaper(client)
+            cleanup.callback(self.reaper.close)
+            service = BackgroundService("demo", workers=2)
+            service.start()
+            cleanup.callback(service.shutdown, 5)
+            monitor = _ServerMonitor(service, client)
+            portal = Portal(name="demo-loop").open()
+            cleanup.callback(portal.join, 5)
+            cleanup.callback(portal.close)
+            db_slots = Semaphore(config.db_slots)
+            results: Channel[tuple[int, int, float]] = Channel(config.workers)
+            audit = portal.call(self._async_client)
+            consumer = portal.start_task_soon(self.consume, results, db_slots, audit)
+            slots_view = portal.semaphore(db_slots)
+            results_view = portal.channel(results)
+
+            async def slots_waiting() -> int:
+                return db_slots.statistics().waiting
+
+            def snapshot() -> None:  # a light job: runs on the service's scheduler and pool
+                self.slots_waiting = portal.call(slots_waiting)
+
+            service.every(0.5, snapshot, name="snapshot")
+            cleanup.pop_all()  # from here on, the shutdown below closes everything, in order
+
+        interrupted = False
+        with ThreadGroup(name="demo-worker") as group:
+            started = time.monotonic()
+            for i in range(config.workers):
+                group.start(self.worker, i, slots_view, results_view, coll)
+            try:
+                self._watch(out, live, started, monitor)
+            except KeyboardInterrupt:
+                interrupted = True
+            elapsed = time.monotonic() - started
+            stopping = time.monotonic()
+            stats = [e.statistics() for e in registry.live_executors()]
+            group.cancel("the demo is over")
+            results_view.close()  # a worker blocked in send() gets ChannelClosed
+        # Leaving the block joined every worker thread.
+
+        # -- the rest of the shutdown, in dependency order; timed ------------------------------
+        self.stop.set()
+        consumer.result(10)  # the consumer drains the channel, then ends
+        portal.call(audit.close)
+        checks = monitor.checks
+        jobs = len(service.status().jobs)
+        monitor_job = monitor.job
+        del monitor  # the owner goes: its job is cancelled from the weakref callback
+        gc.collect()  # requests caught in reference cycles are abandoned too: collect them now
+        self.reaper.flush(timeout=10)
+        self.reaper.close()
+        service.shutdown(5)
+        portal.close()
+        portal.join(5)
+        if self.config.uri:  # a real deployment: leave nothing of the demo's data behind
+            client.drop_database(DATABASE)
+        client.close()
+        shutdown = time.monotonic() - stopping
+        if monitor_job.statistics().state != "cancelled":
+            self.counters.errors.append("the server monitor's job outlived its owner")
+
+        leaked_threads = self._leaked_threads(before)
+        counters = self.counters
+        with self.listener._lock:
+            killed = counters.abandoned & self.listener.killed
+            not_found = counters.abandoned & self.listener.not_found
+            commands = self.listener.commands
+        return DemoReport(
+            server=self.server,
+            seconds=elapsed,
+            interrupted=interrupted,
+            requests=counters.requests,
+            documents_read=counters.documents,
+            results_consumed=counters.consumed,
+            cursors_opened=counters.opened,
+            cursors_abandoned=len(counters.abandoned),
+            cursors_killed=len(killed),
+            cursors_not_found=len(not_found),
+            kill_commands=commands,
+            leaked_cursors=len(counters.abandoned - killed - not_found),
+            leaked_threads=leaked_threads,
+            db_acquisitions_threads=counters.thread_acquisitions,
+            db_acquisitions_tasks=counters.task_acquisitions,
+            db_waits=counters.queued,
+            db_wait_p50_ms=statistics.median(counters.waits_ms) if counters.waits_ms else 0.0,
+            db_wait_p99_ms=_percentile(counters.waits_ms, 0.99),
+            executors=len(stats),
+            executor_runs=sum(s.runs for s in stats),
+            executor_wakeups=sum(s.wakeups for s in stats),
+            monitor_checks=checks,
+            service_jobs=jobs,
+            shutdown_seconds=shutdown,
+            errors=tuple(counters.errors),
+        )
+
+    async def _async_client(self) -> pymongo.AsyncMongoClient[dict[str, Any]]:
+        # Created on the portal's loop: the async client's tasks live there.
+        return pymongo.AsyncMongoClient(self.uri)
+
+    def _watch(self, out: TextIO, live: bool, started: float, monitor: _ServerMonitor) -> None:
+        """Show progress until the time is up (or Ctrl-C, which propagates)."""
+        deadline = started + self.config.seconds
+        period = 0.25 if live else 2.0
+        drawn = 0
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            self.stop.wait(min(period, deadline - now))
+            lines = self._status_lines(time.monotonic() - started, monitor)
+            if live:
+                if drawn:
+                    out.write(f"\x1b[{drawn}F")
+                out.write("".join(f"\x1b[2K{line}\n" for line in lines))
+                drawn = len(lines)
+            else:
+                out.write(lines[0] + " | " + " | ".join(x.strip() for x in lines[1:]) + "\n")
+            out.flush()
+
+    def _status_lines(self, elapsed: float, monitor: _ServerMonitor) -> list[str]:
+        c = self.counters
+        total = self.config.seconds
+        width = 30
+        filled = min(width, int(width * elapsed / total))
+        reaper = self.reaper.statistics()
+        with c.lock:
+            requests, abandoned, queued = c.requests, len(c.abandoned), c.queued
+            p99 = _percentile(c.waits_ms[-2000:], 0.99)
+        killed = len(self.listener.killed)
+        return [
+            f"executors demo [{'#' * filled}{'-' * (width - filled)}] {elapsed:4.1f}/{total:.0f} s",
+            (f"  requests {requests:,} ({requests / max(elapsed, 1e-9):,.0f}/s), consumed "
+            f"{c.consumed:,}"),
+            f"  cursors abandoned {abandoned:,}, killed {killed:,}, pending {reaper.pending}",
+            (f"  db slots {self.config.db_slots}: {self.slots_waiting} waiting now, {queued:,} "
+             f"queued so far, wait p99 {p99:.2f} ms"),
+            f"  monitor {monitor.checks} checks, rtt {monitor.rtt_ms:.1f} ms",
+        ]
+
+    def _leaked_threads(self, before: set[int | None]) -> tuple[str, ...]:
+        # pymongo's own monitor threads exit within its 0.5 s poll after close(); ours at once.
+        deadline = time.monotonic() + 3.0
+        while True:
+            alive = [t for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+            if not alive or time.monotonic() > deadline:
+                return tuple(sorted(t.name for t in alive))
+            time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def _server(config: DemoConfig) -> Iterator[tuple[str, str]]:
+    if config.uri:
+        yield config.uri, config.uri.split("@")[-1]
+        return
+    with EmbeddedServer() as server:
+        yield server.uri, f"nx-27017 (embedded) on 127.0.0.1:{server.port}"
+
+
+def run_demo(config: DemoConfig, out: TextIO | None = None, *,
+             live: bool | None = None) -> DemoReport:
+    """Run the demo and return its report (the caller prints it and picks the exit code)."""
+    stream = out if out is not None else sys.stdout
+    show_live = stream.isatty() if live is None else live
+    with _server(config) as (uri, label):
+        print(f"executors demo: {config.workers} worker threads, {config.db_slots} db slots, "
+              f"{config.seconds:g} s against {label}", file=stream, flush=True)
+        return _Demo(config, uri, label).run(stream, show_live)
+
