@@ -203,9 +203,10 @@ class Traversal:
       is left to process what has arrived and commit; the next transaction resumes from the
       cursor. A failed or expired transaction is retried from the last cursor: nothing is
       skipped, and the visits it made are made again (their effects through the transaction
-      were rolled back). After an expiry the budget used is halved (and grows back).
-    - Bounded concurrency: every read holds a permit of `limiter` (default: the process-wide
-      `default_limiter()`), a fair semaphore shared by all traversals.
+      were rolled back). After a failure the budget planned with is halved (it grows
+      back after commits).
+    - Bounded concurrency: every read, begin and commit holds a permit of `limiter` (default:
+      the process-wide `default_limiter()`), a fair semaphore shared by all traversals.
     - Bounded cursor: the cursor holds at most (depth + 1) * (page_size + 2) entries, each a
       path, a phase and a name.
 
@@ -270,6 +271,7 @@ class Traversal:
         self._mode: Mode = mode
         self._budget = float(budget)
         self._effective_budget = float(budget)
+        self._read_time = self._commit_time = 0.0  # decaying maxima, in clock seconds
         self._reserve = float(reserve)
         self._page = page_size
         self._window = window
@@ -338,11 +340,12 @@ class Traversal:
                     failures += 1
                     self._retries += 1
                     if isinstance(exc, TransactionExpired):
-                        # The work took longer than estimated: give the next transaction half
-                        # the budget (it always makes progress on at least one listing).
                         self._expirations += 1
-                        self._effective_budget = max(self._effective_budget / 2,
-                                                     self._budget / 64)
+                    # The work took longer than estimated, or a conflict or fault hit a
+                    # transaction: plan the next one with half the budget (fewer reads, a
+                    # smaller conflict window). It still makes progress on one piece of work.
+                    self._effective_budget = max(self._effective_budget / 2,
+                                                 self._budget / 1024)
                     if failures >= self._max_retries:
                         raise
                     if self._retry_delay:
@@ -359,11 +362,15 @@ class Traversal:
 
     async def _transaction(self, clock: Callable[[], float]) -> None:
         self._transactions += 1
-        budget = self._effective_budget
         start = clock()
-        deadline = start + budget
-        stop_issuing_at = deadline - budget * self._reserve
-        txn = await self._store.begin(budget=budget)
+        # The store's limit is the full budget; the engine plans with the effective one (smaller
+        # after an expiry), keeping `reserve` of it, and the time one read and the commit took
+        # so far, to process what has arrived and commit in time.
+        deadline = start + self._budget
+        stop_issuing_at = (start + self._effective_budget * (1 - self._reserve)
+                           - self._read_time - self._commit_time)
+        async with self._limiter:  # begin and commit are store operations too
+            txn = await self._store.begin(budget=self._budget)
         stack = [_Task(e) for e in self._cursor]
         # Paths resolved in this transaction: each ancestor is read once per transaction.
         resolved: dict[tuple[str, ...], asyncio.Future[Entry | None]] = {}
@@ -391,10 +398,12 @@ class Traversal:
                 self._reads += 1
                 self._in_flight += 1
                 self._max_in_flight = max(self._max_in_flight, self._in_flight)
+                began = clock()
                 try:
                     return await fn()
                 finally:
                     self._in_flight -= 1
+                    self._read_time = max(self._read_time * 0.9, clock() - began)
 
         async def resolve(path: tuple[str, ...]) -> Entry | None:
             fut = resolved.get(path)
@@ -425,7 +434,10 @@ class Traversal:
             # Prefetch: the next `window` pieces of work in traversal order get their reads.
             if not issuing:
                 return
-            for task in stack[-1:-self._window - 1:-1]:
+            # Until the first piece of work is done, read for it alone: a transaction always
+            # makes progress if one piece fits its budget, even a budget shrunk by expiries.
+            window = self._window if progressed else 1
+            for task in stack[-1:-window - 1:-1]:
                 if task.fetch is None:
                     task.fetch = asyncio.ensure_future(fetch(task))
 
@@ -461,7 +473,7 @@ class Traversal:
 
         try:
             while stack:
-                if clock() >= deadline and progressed:
+                if clock() >= deadline - self._commit_time and progressed:
                     break
                 start_fetches()
                 if self._mode == "strict":
@@ -503,7 +515,12 @@ class Traversal:
                 stack[index:index + 1] = await process(task, page)
                 progressed = True
             cursor = tuple(t.entry for t in stack)
-            await txn.commit()
+            began = clock()
+            try:
+                async with self._limiter:
+                    await txn.commit()
+            finally:
+                self._commit_time = max(self._commit_time * 0.9, clock() - began)
         except BaseException as exc:
             self._cleanup(stack, resolved)
             self._redone += visits
