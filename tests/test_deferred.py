@@ -262,8 +262,8 @@ def test_reaper_default_threshold_handles_a_lone_item_at_once() -> None:
         assert rec.called.wait(0) is False
         t0 = time.monotonic()
         reaper.put("x")
-        wait_until(lambda: rec.items() == ["x"], 5)
-        assert time.monotonic() - t0 < 1.0
+        wait_until(lambda: rec.items() == ["x"], 10)
+        assert time.monotonic() - t0 < 10  # not the 3600 s schedule
     finally:
         reaper.close()
 
@@ -347,7 +347,7 @@ def test_flush_retries_until_its_deadline_and_reports_what_is_left() -> None:
         reaper.put("x")
         t0 = time.monotonic()
         assert reaper.flush(0.2) is False
-        assert 0.15 < time.monotonic() - t0 < 2
+        assert 0.15 < time.monotonic() - t0 < 10  # generous: shared, noisy machines
         s = reaper.statistics()
         assert s.pending == s.retrying == 1 and s.retried >= 3
         rec.fail = 0
@@ -395,9 +395,12 @@ def test_gc_callbacks_do_not_block_while_the_reaper_lock_is_held() -> None:
             o.me = o
             reaper.track(o, i)
             del o
-        t0 = time.monotonic()
-        gc.collect()
-        assert time.monotonic() - t0 < 1
+        # Collect on a helper thread: a deadlock shows as a thread that never finishes, and
+        # the test fails instead of hanging.
+        collector = threading.Thread(target=gc.collect)
+        collector.start()
+        collector.join(20)
+        assert not collector.is_alive()
         assert reaper.statistics().pending == 50
         rec.gate.set()
         wait_until(lambda: len(rec.items()) == 51, 5)
