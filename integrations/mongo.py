@@ -140,7 +140,7 @@ class CursorReaper:
         >>> reaper = CursorReaper(client, name="example-reaper")
         >>> reaper
         <CursorReaper 'example-reaper' open pending=0 killed=0>
-        >>> reaper.close(timeout=0)
+        >>> reaper.close(timeout=5)
         True
         >>> client.close()
     """
