@@ -101,7 +101,7 @@ def test_never_polls_and_wake_is_immediate() -> None:
         t0 = loop.time()
         ex.wake()
         await rec.wait_runs(2)
-        assert rec.times[1] - t0 < 0.1
+        assert rec.times[1] - t0 < 1  # at once (generous: a loaded CI machine), not 30 s
         assert ex.statistics().wake_requests == 1
         ex.close()
         assert await ex.join(5)
@@ -126,7 +126,7 @@ def test_wake_is_throttled_by_min_interval_and_kept_during_a_run() -> None:
         ex.open()
         await rec.wait_runs(2)
         gap = rec.times[1] - rec.times[0]
-        assert 0.19 <= gap < 1.5
+        assert 0.19 <= gap < 10  # min_interval, not the 30 s interval
         ex.close()
         assert await ex.join(5)
 
@@ -277,7 +277,7 @@ def test_update_interval_reschedules_the_sleeping_task() -> None:
         ex.open()
         await rec.wait_runs(1)
         ex.update_interval(0.01)
-        await rec.wait_runs(3, within=2)
+        await rec.wait_runs(3, within=10)
         assert ex.interval == 0.01
         ex.close()
         assert await ex.join(5)

@@ -257,22 +257,23 @@ def test_ptg_failure_does_not_cancel_siblings_handler_called_at_once() -> None:
     calls: list[tuple[str, str]] = []
 
     async def main() -> list[str]:
-        sibling_done = asyncio.Event()
+        release = asyncio.Event()
 
         def handler(exc: BaseException, task: asyncio.Task[object]) -> None:
             calls.append((type(exc).__name__, task.get_name()))
 
         async def sibling() -> str:
-            await asyncio.sleep(0.02)
-            sibling_done.set()
+            await release.wait()
             return "ok"
 
         async with PersistentTaskGroup(exception_handler=handler) as group:
             s = group.create_task(sibling())
             for i in range(3):
                 group.create_task(raise_after(0, Boom), name=f"bad{i}")
-            await asyncio.sleep(0.005)
-            assert len(calls) == 3 and not sibling_done.is_set()  # reported immediately
+            for _ in range(5):
+                await asyncio.sleep(0)
+            assert len(calls) == 3 and not s.done()  # reported at once; sibling untouched
+            release.set()
         return [await s]
 
     assert run(main()) == ["ok"]
@@ -483,7 +484,7 @@ def test_ptg_shutdown_timeout_is_a_grace_period() -> None:
 
     async def main() -> None:
         group = PersistentTaskGroup()
-        group.create_task(job("quick", 0.01))
+        group.create_task(job("quick", 0))
         group.create_task(job("slow", 10))
         await group.shutdown(timeout=0.5)
         stats = group.statistics()
@@ -631,9 +632,10 @@ def test_spawn_background_hands_work_to_the_owner() -> None:
     exit, and its failure reaches the owner's handler."""
     log: list[str] = []
     failures: list[str] = []
+    mail_server_up: list[asyncio.Event] = []
 
     async def send_email(to: str) -> None:
-        await asyncio.sleep(0.02)
+        await mail_server_up[0].wait()
         log.append(f"sent {to}")
 
     async def handler(request: str) -> str:
@@ -646,9 +648,11 @@ def test_spawn_background_hands_work_to_the_owner() -> None:
         async with PersistentTaskGroup(
             name="app", exception_handler=lambda exc, task: failures.append(repr(exc))
         ) as app:
+            mail_server_up.append(asyncio.Event())
             responses = [await app.create_task(handler(r)) for r in ("a", "bad")]
             assert responses == ["ok a", "ok bad"]
-            assert log == []  # the handlers returned before the background work ran
+            assert log == []  # the handlers returned; their background work is still pending
+            mail_server_up[0].set()  # the owner's exit waits for the work
         assert sorted(log) == ["sent a", "sent bad"]
 
     run(main())
