@@ -33,8 +33,15 @@ ROOT_ID = 1
 
 
 async def _run_sync(fn: Callable[..., _T], *args: object) -> _T:
-    # The one seam to the thread bridge: every blocking sqlite3 call goes through here.
-    return await asyncio.to_thread(fn, *args)
+    # The one seam to the thread bridge: every blocking sqlite3 call goes through here. As the
+    # bridge's run_sync does by default, a cancelled caller waits for the thread to finish, so
+    # the next statement on the connection never overlaps a cut-short one.
+    fut = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        await asyncio.wait([fut])
+        raise
 
 
 def _split(path: str) -> tuple[str, ...]:
@@ -111,8 +118,10 @@ class SQLiteTransaction:
     async def commit(self) -> None:
         try:
             await self._call(self._conn.execute, "COMMIT")
-        finally:
-            self._finish()
+        except BaseException:
+            await self.rollback()
+            raise
+        self._finish()
         self._store._count("committed")
 
     async def rollback(self) -> None:
@@ -120,9 +129,10 @@ class SQLiteTransaction:
             return
         try:
             async with self._lock:
-                await _run_sync(self._conn.execute, "ROLLBACK")
+                if self._conn.in_transaction:
+                    await _run_sync(self._conn.execute, "ROLLBACK")
         except sqlite3.Error:
-            pass  # the connection is dropped below; nothing is committed
+            pass  # nothing is committed; the connection is idle again
         finally:
             self._finish()
             self._store._count("rolled_back")
@@ -255,7 +265,7 @@ class SQLiteStore:
 
     def _resolve(self, parts: tuple[str, ...], *, create: bool = False) -> int | None:
         key = ROOT_ID
-        for name in parts:
+        for i, name in enumerate(parts):
             row = self._admin.execute("SELECT id, kind FROM nodes WHERE parent = ? AND name = ?",
                                       (key, name)).fetchone()
             if row is None:
@@ -264,7 +274,7 @@ class SQLiteStore:
                 key = int(self._admin.execute(
                     "INSERT INTO nodes (parent, name, kind) VALUES (?, ?, 'dir') RETURNING id",
                     (key, name)).fetchone()[0])
-            elif row[1] != "dir":
+            elif row[1] != "dir" and i < len(parts) - 1:
                 raise ValueError(f"{'/'.join(parts)!r}: {name!r} is a file, not a directory")
             else:
                 key = int(row[0])

@@ -515,6 +515,8 @@ class Traversal:
                 stack[index:index + 1] = await process(task, page)
                 progressed = True
             cursor = tuple(t.entry for t in stack)
+            # Reads still running are not wanted: let them unwind before the commit.
+            await self._settle(self._cleanup(stack, resolved))
             began = clock()
             try:
                 async with self._limiter:
@@ -531,7 +533,6 @@ class Traversal:
             if isinstance(exc, _Stop):  # pragma: no cover - _Stop never escapes a fetch
                 raise RuntimeError("internal: a read stopped outside a fetch") from exc
             raise
-        self._cleanup(stack, resolved)
         self._commits += 1
         self._visits += visits
         self._useful += reads[1]
@@ -543,17 +544,26 @@ class Traversal:
             self._on_commit(self.statistics())
 
     @staticmethod
-    def _cleanup(stack: list[_Task],
-                 resolved: dict[tuple[str, ...], asyncio.Future[Entry | None]]) -> None:
+    async def _settle(futures: list[asyncio.Future[object]]) -> None:
+        pending = [f for f in futures if not f.done()]
+        if pending:
+            await asyncio.wait(pending)
+
+    @staticmethod
+    def _cleanup(stack: list[_Task], resolved: dict[tuple[str, ...], asyncio.Future[Entry | None]],
+                 ) -> list[asyncio.Future[object]]:
         # Reads of the finished transaction are no longer wanted; collect their outcomes so
         # that no "exception was never retrieved" is logged for a read cut short.
         futures: list[asyncio.Future[Sequence[Entry] | None] | asyncio.Future[Entry | None]]
         futures = [t.fetch for t in stack if t.fetch is not None]
         futures.extend(resolved.values())
+        out: list[asyncio.Future[object]] = []
         for fut in futures:
             if not fut.done():
                 fut.cancel()
+                out.append(fut)  # type: ignore[arg-type]
             fut.add_done_callback(_consume)
+        return out
 
     async def _visit(self, visit: Visit) -> None:
         result = self._visitor(visit)
