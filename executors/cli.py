@@ -84,6 +84,101 @@ def _add_supervise(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     supervise.set_defaults(func=_coordinator_cli.run, supervise_parser=supervise)
 
 
+def _add_traverse(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    traverse = sub.add_parser(
+        "traverse", help="traverse a tree stored in SQLite or PostgreSQL in batched transactions",
+        description="Visit every node of the tree in the `nodes` table (see integrations."
+        "sqlite_store.SCHEMA) in time-bounded transactions, with prefetching reads under a fair "
+        "semaphore; a progress bar on stderr. STORE is sqlite:///path.db or postgresql://...")
+    traverse.add_argument("store", metavar="STORE", help="sqlite:///path.db or postgresql://...")
+    traverse.add_argument("--mode", choices=("strict", "relaxed", "any"), default="strict",
+                          help="traversal order (default strict: pre-order by name)")
+    traverse.add_argument("--budget", type=float, default=5.0,
+                          help="seconds per transaction (default 5, FoundationDB's limit)")
+    traverse.add_argument("--limit", type=int, default=8,
+                          help="concurrent store operations (default 8)")
+    traverse.add_argument("--window", type=int, default=16, help="listings read ahead")
+    traverse.add_argument("--page-size", type=int, default=64, help="children per listing")
+    traverse.add_argument("--print", action="store_true", dest="print_paths",
+                          help="print each visited path on stdout")
+    traverse.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    def run(args: argparse.Namespace) -> int:
+        import asyncio
+        import os
+        import time
+
+        from executors.aio import Semaphore, Store, Traversal, TraversalStatistics, Visit
+
+        url: str = args.store
+        if not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
+            print(f"executors traverse: STORE must be sqlite:///path.db or postgresql://..., "
+                  f"got {url!r}", file=sys.stderr)
+            return 2
+        show = not args.no_progress
+        started = time.monotonic()
+
+        def progress(total: int, stats: TraversalStatistics, end: str = "") -> None:
+            done = min(stats.visits, total) if total else stats.visits
+            width = 30
+            filled = int(width * done / total) if total else 0
+            rate = stats.visits / max(time.monotonic() - started, 1e-9)
+            print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} nodes  "
+                  f"{stats.commits} txns  {stats.retries} retries  {rate:,.0f} nodes/s",
+                  end=end, file=sys.stderr, flush=True)
+
+        def visit(v: Visit) -> None:
+            if args.print_paths:
+                print("/" + "/".join(v.path) + ("" if v.node is not None else "  (gone)"))
+
+        async def main() -> TraversalStatistics:
+            if url.startswith("sqlite:///"):
+                from integrations.sqlite_store import SQLiteStore
+
+                store = SQLiteStore(url[len("sqlite:///"):])
+                total = store.count()
+                try:
+                    return await go(store, total)
+                finally:
+                    store.close()
+            from integrations.postgres_store import PostgresStore
+
+            async with PostgresStore(url, readers=max(0, args.limit - 1)) as pg:
+                return await go(pg, await pg.count())
+
+        async def go(store: Store, total: int) -> TraversalStatistics:
+            t = Traversal(store, visit, mode=args.mode, budget=args.budget,
+                          page_size=args.page_size, window=args.window,
+                          limiter=Semaphore(args.limit),
+                          on_commit=(lambda s: progress(total, s)) if show else None)
+            stats = await t.run()
+            if show:
+                progress(total, stats, end="\n")
+            return stats
+
+        if url.startswith("sqlite:///") and not os.path.exists(url[len("sqlite:///"):]):
+            print(f"executors traverse: no database at {url[len('sqlite:///'):]!r}",
+                  file=sys.stderr)
+            return 2
+        try:
+            stats = asyncio.run(main())
+        except (FileNotFoundError, ValueError) as exc:
+            print(f"executors traverse: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("\nexecutors traverse: interrupted", file=sys.stderr)
+            return 130
+        except BrokenPipeError:  # `--print | head`: the reader has what it wanted
+            sys.stderr.close()
+            return 0
+        print(f"executors traverse: {stats.visits:,} nodes in {stats.commits} transactions, "
+              f"{stats.retries} retries, redo ratio {stats.redo_ratio:.3f}, "
+              f"{stats.elapsed:.2f}s", file=sys.stderr)
+        return 0
+
+    traverse.set_defaults(func=run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="executors", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -121,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="plain progress lines even on a terminal")
     demo.set_defaults(func=_cmd_demo)
     _add_supervise(sub)
+    _add_traverse(sub)
     return parser
 
 
