@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import collections
-import contextvars
 import dataclasses
 import itertools
 import logging
@@ -276,32 +275,25 @@ _exit: dict[str, float] = {}
 def _flush_all(deadline: float) -> None:
     """Flush every live reaper against one deadline (a registry shutdown hook)."""
     _exit["deadline"] = deadline
-    _flush_bounded(list(_reapers), deadline)
+    _flush_on_drainers(list(_reapers), deadline)
 
 
-def _flush_bounded(reapers: list[Reaper[Any, Any]], deadline: float) -> None:
-    """Flush `reapers` at once, each on a helper daemon thread, and wait until `deadline`.
+def _flush_on_drainers(reapers: list[Reaper[Any, Any]], deadline: float) -> None:
+    """Have each reaper's own thread flush, all at once, and wait for them until `deadline`.
 
     A flush runs handlers on the thread that calls it; at exit that would be the main thread,
     and one stuck handler (a server that does not answer) would hold the process up forever.
-    On helper threads the exit waits for them only until the deadline.
+    The drainer threads are daemons that already run (3.12+ refuses to start threads in atexit
+    handlers, cpython#104690), so the exit waits for them only until the deadline.
     """
     now = SYSTEM_CLOCK.monotonic
-    threads = []
-    for reaper in reapers:
-        if not reaper.pending:
-            continue
-        ctx = contextvars.copy_context()
-        thread = threading.Thread(target=ctx.run, args=(reaper._flush_quietly, deadline),
-                                  name=f"{reaper._executor.name}-exit-flush", daemon=True)
-        try:
-            thread.start()
-        except RuntimeError:  # the interpreter refuses new threads: flush here, best effort
+    waiting = [(reaper, reaper._request_flush()) for reaper in reapers if reaper.pending]
+    for reaper, done in waiting:
+        if done is None:  # no drainer thread: flush here, best effort
             reaper._flush_quietly(deadline)
-            continue
-        threads.append(thread)
-    for thread in threads:
-        thread.join(max(0.0, deadline - now()))
+        elif not done.wait(max(0.0, deadline - now())):
+            logger.warning("%r: exit flush ended with %d item(s) pending", reaper,
+                           reaper.pending)
 
 
 def _flush_at_exit() -> None:
@@ -498,6 +490,8 @@ class Reaper(Generic[T, K]):
         self._lock = threading.Lock()  # one drain pass at a time; held while the handler runs
         self._retry: list[_Batch[T, K]] = []
         self._handler_thread: int | None = None
+        self._flush_requested = False
+        self._flush_waiters: list[threading.Event] = []
         self._sleep_q: queue.SimpleQueue[None] = queue.SimpleQueue()
 
     # -- enqueue: lock-free ---------------------------------------------------------------
@@ -558,8 +552,16 @@ class Reaper(Generic[T, K]):
         start = self._clock.monotonic()
         with self._lock:
             self._runs += 1
+            if self._flush_requested:
+                self._flush_requested = False
+                for batch in self._retry:
+                    batch.due = min(batch.due, start)
             self._process(start)
             next_due = min((b.due for b in self._retry), default=None)
+            if next_due is None and not len(self._queue) and self._flush_waiters:
+                waiters, self._flush_waiters = self._flush_waiters, []
+                for done in waiters:
+                    done.set()
         if not self._closed:
             wanted = self._interval
             if next_due is not None:
@@ -687,6 +689,16 @@ class Reaper(Generic[T, K]):
         finally:
             self._lock.release()
 
+    def _request_flush(self) -> threading.Event | None:
+        """Ask the drainer thread for a flush; the event is set once nothing is pending."""
+        if not self._executor.statistics().thread_alive:
+            return None
+        done = threading.Event()
+        self._flush_waiters.append(done)
+        self._flush_requested = True
+        self._executor.wake()
+        return done
+
     def _flush_quietly(self, deadline: float) -> None:
         try:
             if not self.flush(max(0.0, deadline - SYSTEM_CLOCK.monotonic())):
@@ -718,7 +730,7 @@ class Reaper(Generic[T, K]):
         if inside:
             flushed = False
         elif exit_deadline is not None and registry.is_shutting_down():
-            _flush_bounded([self], SYSTEM_CLOCK.monotonic() + budget)
+            _flush_on_drainers([self], SYSTEM_CLOCK.monotonic() + budget)
             flushed = not self.pending
         else:
             flushed = self.flush(budget)
