@@ -70,15 +70,6 @@ def test_render_removes_pages_of_areas_without_results(tmp_path: Path) -> None:
     assert sorted(p.name for p in out.iterdir()) == ["index.md", "toy.md"]
 
 
-def test_committed_benchmark_pages_match_the_results() -> None:
-    """docs/content/benchmarks has a page and a chart for every committed results file."""
-    areas = sorted(p.stem for p in _bench.RESULTS_DIR.glob("*.json"))
-    pages = {p.stem for p in _bench.DOCS_BENCH_DIR.glob("*.md")} - {"index"}
-    charts = {p.stem for p in _bench.DOCS_BENCH_DIR.glob("*.png")}
-    missing = [a for a in areas if a not in pages or a not in charts]
-    assert not missing, f"run `executors bench --render` for: {', '.join(missing)}"
-
-
 FAKE_AREA = textwrap.dedent("""
     import sys
     for name in ("first metric", "second metric"):
