@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import glob
@@ -120,6 +121,8 @@ class PostgresTransaction:
         try:
             conn, lock = self._conns[0] if leader else await self._reader()
             async with lock:
+                if self._store.simulated_rtt:
+                    await asyncio.sleep(self._store.simulated_rtt)  # the connection is busy
                 return list(await conn.fetch(sql, *args))
         except Exception as exc:
             mapped = _retryable(exc)
@@ -191,6 +194,9 @@ class PostgresStore:
     budget raises `TransactionExpired` (as FoundationDB does after 5 s). Names sort bytewise
     (``COLLATE "C"``), like SQLite's and FoundationDB's keys.
 
+    `simulated_rtt` adds that many seconds to every read, with its connection held, to model
+    a remote server on loopback (for benchmarks).
+
     Use as ``async with PostgresStore(dsn) as store:``; the async helpers `add_tree`,
     `remove` and `move` change the tree outside any traversal.
 
@@ -198,7 +204,8 @@ class PostgresStore:
         ClosedError: `begin` on a closed store.
     """
 
-    def __init__(self, dsn: str, *, readers: int = 7, enforce_timeout: bool = True) -> None:
+    def __init__(self, dsn: str, *, readers: int = 7, enforce_timeout: bool = True,
+                 simulated_rtt: float = 0.0) -> None:
         if not isinstance(dsn, str):
             raise TypeError(f"dsn must be a str, got {dsn!r}")
         if not isinstance(readers, int) or readers < 0:
@@ -206,6 +213,11 @@ class PostgresStore:
         self._dsn = dsn
         self.readers = readers
         self.enforce_timeout = enforce_timeout
+        if not isinstance(simulated_rtt, (int, float)) or not 0 <= simulated_rtt < 1:
+            raise ValueError(f"simulated_rtt must be in [0, 1) seconds, got {simulated_rtt!r}")
+        # For benchmarks: every read keeps its connection busy this much longer, as a round
+        # trip to a remote server would (loopback has almost none).
+        self.simulated_rtt = float(simulated_rtt)
         self._idle: list[asyncpg.Connection] = []
         self._all = 0
         self._open = False

@@ -271,7 +271,7 @@ class Traversal:
         self._mode: Mode = mode
         self._budget = float(budget)
         self._effective_budget = float(budget)
-        self._read_time = self._commit_time = 0.0  # decaying maxima, in clock seconds
+        self._read_time = self._commit_time = 0.0  # in clock seconds
         self._reserve = float(reserve)
         self._page = page_size
         self._window = window
@@ -403,7 +403,9 @@ class Traversal:
                     return await fn()
                 finally:
                     self._in_flight -= 1
-                    self._read_time = max(self._read_time * 0.9, clock() - began)
+                    # A smoothed mean: a read's time includes its wait in the store's own
+                    # queue, so one slow read must not end every later batch early.
+                    self._read_time += 0.2 * (clock() - began - self._read_time)
 
         async def resolve(path: tuple[str, ...]) -> Entry | None:
             fut = resolved.get(path)
@@ -481,8 +483,14 @@ class Traversal:
                     if task.fetch is None:
                         break  # not issued: stop at the gap
                     if not issuing and not task.fetch.done():
-                        # Out of budget: what has not arrived is not waited for.
-                        break
+                        # Out of budget: a read already issued is waited for while the commit
+                        # still fits (on the loop's clock); one never issued ends the batch.
+                        left = deadline - self._commit_time - clock()
+                        if self._clock is not None or left <= 0:
+                            break
+                        await asyncio.wait([task.fetch], timeout=left)
+                        if not task.fetch.done():
+                            break
                     try:
                         page = await task.fetch
                     except _Stop:
