@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
 import sqlite3
@@ -13,6 +12,11 @@ from typing import TypeVar, final
 
 from executors.aio import Entry, Kind, Lock
 from executors.errors import ClosedError, TransactionExpired, TransactionRetry
+
+# The seam to the thread bridge: every blocking sqlite3 call goes through it. A cancelled caller
+# waits for its thread (the bridge's default), so the next statement on a connection never
+# overlaps a cut-short one.
+from .bridge import run_sync as _run_sync
 
 __all__ = ("SQLiteStore", "SQLiteStoreStatistics", "SQLiteTransaction", "SCHEMA")
 
@@ -30,18 +34,6 @@ CREATE INDEX IF NOT EXISTS nodes_by_kind ON nodes (parent, kind, name);
 INSERT OR IGNORE INTO nodes (id, parent, name, kind) VALUES (1, NULL, '', 'dir');
 """
 ROOT_ID = 1
-
-
-async def _run_sync(fn: Callable[..., _T], *args: object) -> _T:
-    # The one seam to the thread bridge: every blocking sqlite3 call goes through here. As the
-    # bridge's run_sync does by default, a cancelled caller waits for the thread to finish, so
-    # the next statement on the connection never overlaps a cut-short one.
-    fut = asyncio.ensure_future(asyncio.to_thread(fn, *args))
-    try:
-        return await asyncio.shield(fut)
-    except asyncio.CancelledError:
-        await asyncio.wait([fut])
-        raise
 
 
 def _split(path: str) -> tuple[str, ...]:
