@@ -11,6 +11,8 @@ from .errors import ClosedError as ClosedError
 from .errors import ExecutorsError as ExecutorsError
 from .errors import ShutdownError as ShutdownError
 from .errors import ThreadCancelled as ThreadCancelled
+from .errors import TransactionExpired as TransactionExpired
+from .errors import TransactionRetry as TransactionRetry
 from .errors import WouldBlock as WouldBlock
 from .periodic import PeriodicExecutor as PeriodicExecutor
 from .periodic import PeriodicExecutorStatistics as PeriodicExecutorStatistics
@@ -45,6 +47,8 @@ __all__ = (
     "ChannelClosed",
     "ShutdownError",
     "ThreadCancelled",
+    "TransactionRetry",
+    "TransactionExpired",
     "ThreadGroup",
     "ThreadGroupStatistics",
     "CancelToken",
