@@ -394,6 +394,34 @@ def test_fork_child_starts_empty_and_parent_keeps_its_kills(
         client.close()
 
 
+def test_kills_sent_to_an_explicit_server_address_and_unknown_ids_counted(
+    mongo_server: MongoServer, opener: pymongo.MongoClient[Any]
+) -> None:
+    """With `address` the kill goes to that server; ids the server does not know are counted
+    as not found (from its reply), not as killed; one command per (server, namespace)."""
+    ids = open_cursors(opener, 3)
+    listener = KillListener()
+    client = mongo_server.client(event_listeners=[listener])
+    client.admin.command("ping")
+    reaper = CursorReaper(client, wake_threshold=None, interval=3600)
+    try:
+        wait_until(lambda: reaper.reaper.statistics().runs == 1, 5)
+        address = client.address
+        assert address is not None
+        for cid in ids:
+            reaper.kill_soon(cid, f"{DB}.docs", address)
+        reaper.kill_soon(987654321, f"{DB}.docs", address)
+        reaper.kill_soon(987654322, f"{DB}.other")
+        assert reaper.flush(10)
+        stats = reaper.statistics()
+        assert (stats.killed, stats.not_found, stats.commands) == (3, 2, 2)
+        assert sorted(map(sorted, listener.sent)) == [sorted([*ids, 987654321]), [987654322]]
+        assert not any(alive(opener, cid) for cid in ids)
+    finally:
+        reaper.close()
+        client.close()
+
+
 def test_bad_input_and_a_closed_reaper(mongo_server: MongoServer) -> None:
     """Wrong types and values raise TypeError/ValueError naming the argument; a closed
     reaper refuses `track` (ClosedError) and counts a `kill_soon` as dropped."""
