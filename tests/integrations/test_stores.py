@@ -223,3 +223,20 @@ def test_postgres_batches_with_concurrent_moves(pg_dsn: str) -> None:
         await store.close()  # type: ignore[attr-defined]
 
     asyncio.run(main())
+
+
+def test_cli_traverse_prints_paths_and_a_summary(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """`executors traverse sqlite:///db --print` prints every path in strict order, a progress
+    bar and a summary on stderr; a missing database is a usage error (exit 2)."""
+    from executors.cli import main
+
+    store = SQLiteStore(tmp_path / "t.db")
+    store.add_tree(TREE)
+    store.close()
+    assert main(["traverse", f"sqlite:///{tmp_path / 't.db'}", "--print", "--budget", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == ["/" + p for p in STRICT]
+    assert "13/13 nodes" in err and "executors traverse: 13 nodes" in err
+    assert main(["traverse", f"sqlite:///{tmp_path / 'missing.db'}"]) == 2
+    assert main(["traverse", "mysql://x"]) == 2
