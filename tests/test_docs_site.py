@@ -56,13 +56,13 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     proc = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(DOCS / "mkdocs.yml"),
          "-d", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=150, check=False, env=env,
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False, env=env,
     )
     assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stderr[-5000:]}"
     return out
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(360)
 def test_every_page_is_built(site: Path) -> None:
     """Every Markdown page and one API reference page per public module end up in the site."""
     for page in CONTENT.rglob("*.md"):
@@ -109,7 +109,7 @@ def _target(site: Path, url_path: str) -> Path:
     return path
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(360)
 def test_no_broken_internal_links(site: Path) -> None:
     """Every internal href/src of every page resolves to a file, and every #fragment to an id."""
     pages = {p: _parse(p) for p in site.rglob("*.html")}
@@ -196,7 +196,7 @@ def _browse(chromium: str, tmp_path: Path, url: str, *extra: str) -> str:
     return proc.stdout
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(360)
 def test_index_renders_in_browser(served: _Server, tmp_path: Path) -> None:
     """The home page renders with the theme, its navigation and its content."""
     dom = _browse(_chromium(), tmp_path, served.url + "/", "--dump-dom")
@@ -208,7 +208,7 @@ def test_index_renders_in_browser(served: _Server, tmp_path: Path) -> None:
     assert not failed, f"the browser got errors: {failed}"
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(360)
 def test_topic_page_renders_in_browser(served: _Server, tmp_path: Path) -> None:
     """A topic page renders its headings and highlighted code, with every asset served."""
     served.requests.clear()
@@ -247,7 +247,7 @@ for (const page of pages) {
 """
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(360)
 def test_benchmark_charts_load_in_browser(site: Path, served: _Server, tmp_path: Path) -> None:
     """Every benchmark page's charts are fetched and decoded by the browser (non-zero size)."""
     charts = sorted((CONTENT / "benchmarks").glob("*.png"))
@@ -269,7 +269,7 @@ def test_benchmark_charts_load_in_browser(site: Path, served: _Server, tmp_path:
     assert {f"/benchmarks/{png.name}" for png in charts} <= fetched
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(360)
 def test_benchmark_page_screenshot(served: _Server, tmp_path: Path) -> None:
     """A screenshot of a benchmark page shows a rendered page, not a blank one."""
     charts = sorted((CONTENT / "benchmarks").glob("*.png"))
