@@ -720,8 +720,11 @@ class Reaper(Generic[T, K]):
             timeout = check_interval(timeout, "timeout")
         budget = self._close_timeout if timeout is None else timeout
         exit_deadline = _exit.get("deadline")
-        if exit_deadline is not None and registry.is_shutting_down():
-            budget = max(0.0, min(budget, exit_deadline - SYSTEM_CLOCK.monotonic()))
+        now = SYSTEM_CLOCK.monotonic()
+        # A registry shutdown (at exit, or called by hand) runs its hooks, then closes us:
+        # keep to its deadline. A deadline long past is a stale one, unless we are exiting.
+        if exit_deadline is not None and (registry.is_shutting_down() or exit_deadline > now):
+            budget = max(0.0, min(budget, exit_deadline - now))
         self._closed = True
         # Owners still tracked stay armed: if collected later, their items are counted as
         # dropped (visible in statistics) rather than forgotten.
