@@ -306,7 +306,7 @@ def _chart(result: AreaResult, path: Path) -> None:
             if adv >= 1:
                 suffix = f"  (ours {'∞' if math.isinf(adv) else f'{adv:.1f}'}x better)"
             else:
-                suffix = f"  ({metric['best_peer']} {1 / adv:.1f}x better)"
+                suffix = f"  (best peer {1 / adv:.1f}x better)"
         ax.set_title(f"{metric['name']} [{metric['unit']}, {metric['better']} is better]{suffix}",
                      fontsize=9, loc="left")
         ax.tick_params(axis="x", labelsize=8)
