@@ -284,7 +284,8 @@ def _flush_on_drainers(reapers: list[Reaper[Any, Any]], deadline: float) -> None
     A flush runs handlers on the thread that calls it; at exit that would be the main thread,
     and one stuck handler (a server that does not answer) would hold the process up forever.
     The drainer threads are daemons that already run (3.12+ refuses to start threads in atexit
-    handlers, cpython#104690), so the exit waits for them only until the deadline.
+    handlers: PyMongo PYTHON-4147, cpython#113964), so the exit waits for them only until the
+    deadline.
     """
     now = SYSTEM_CLOCK.monotonic
     waiting = [(reaper, reaper._request_flush()) for reaper in reapers if reaper.pending]
