@@ -200,6 +200,14 @@ def run_areas(selected: Sequence[str], *, quick: bool, write: bool,
 # -- rendering -------------------------------------------------------------------------------
 
 
+def _md(text: str) -> str:
+    """Text as literal Markdown: ``__del__`` must not turn bold, nor a ``|`` split a cell."""
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):  # outside backticks only
+        parts[i] = re.sub(r"([\\_*|\[\]])", r"\\\1", parts[i])
+    return "`".join(parts)
+
+
 def _fmt(value: float) -> str:
     if value == 0:
         return "0"
@@ -219,7 +227,7 @@ def _advantage(metric: MetricResult) -> str:
     if adv is None or metric["best_peer"] is None:
         return "n/a"
     factor = "∞" if math.isinf(adv) else f"{adv:.1f}"
-    return f"**{factor}x** vs {metric['best_peer']}"
+    return f"**{factor}x** vs {_md(metric['best_peer'])}"
 
 
 def _contenders(metrics: Sequence[MetricResult]) -> list[str]:
@@ -237,7 +245,7 @@ def area_table(result: AreaResult) -> str:
     """The area's markdown table: metric, advantage over the best peer, then every contender."""
     metrics = result["metrics"]
     names = _contenders(metrics)
-    lines = ["| metric | advantage | " + " | ".join(names) + " |",
+    lines = ["| metric | advantage | " + " | ".join(_md(n) for n in names) + " |",
              "|---|---|" + "---:|" * len(names)]
     for metric in metrics:
         cells = []
@@ -247,7 +255,8 @@ def area_table(result: AreaResult) -> str:
                 cells.append(f"**{cell}**" if name == OURS else cell)
             else:
                 cells.append("unavailable" if name in metric["unavailable"] else "—")
-        lines.append(f"| {metric['name']} ({metric['unit']}, {metric['better']} is better) | "
+        lines.append(f"| {_md(metric['name'])} ({_md(metric['unit'])}, {metric['better']} is "
+                     "better) | "
                      f"{_advantage(metric)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -317,7 +326,7 @@ def _chart(result: AreaResult, path: Path) -> None:
 
 def _area_page(result: AreaResult) -> str:
     area = result["area"]
-    notes = [f"- **{m['name']}**: {m['note']}" for m in result["metrics"] if m["note"]]
+    notes = [f"- **{_md(m['name'])}**: {_md(m['note'])}" for m in result["metrics"] if m["note"]]
     parts = [
         f"# {area}",
         "",
@@ -357,7 +366,7 @@ def _index_page(results: Sequence[AreaResult]) -> str:
     for result in results:
         area = result["area"]
         mode = "quick" if result["quick"] else "full"
-        lines.extend(f"| [{area}]({area}.md) | {metric['name']} ({metric['unit']}) | "
+        lines.extend(f"| [{area}]({area}.md) | {_md(metric['name'])} ({_md(metric['unit'])}) | "
                      f"{_advantage(metric)} | {mode}, Python {result['python']} |"
                      for metric in result["metrics"])
     lines += ["", "Run them all with `executors bench` (or one area: `executors bench periodic`);",
