@@ -459,9 +459,13 @@ class Traversal:
             full = len(page) >= self._page
             last = page[-1].name if page else None
             if e.phase is Kind.FILE:
+                visitor = self._visitor
                 for child in page:
                     if child.kind is Kind.FILE:
-                        await self._visit(Visit((*e.path, child.name), child, txn))
+                        # The hot loop: a sync visitor returning None costs one call.
+                        result = visitor(Visit((*e.path, child.name), child, txn))
+                        if result is not None and inspect.isawaitable(result):
+                            await result
                         visits += 1
                 out = [_Task(CursorEntry(e.path, Kind.DIR, None, True), task.key)] \
                     if e.after is None else []
@@ -575,7 +579,7 @@ class Traversal:
 
     async def _visit(self, visit: Visit) -> None:
         result = self._visitor(visit)
-        if inspect.isawaitable(result):
+        if result is not None and inspect.isawaitable(result):
             await result
 
 
