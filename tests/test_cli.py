@@ -189,3 +189,21 @@ def test_demo_refuses_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     assert "seconds must be a finite number > 0" in capsys.readouterr().err
     assert cli.main(["demo", "--abandon-rate", "2"]) == 2
     assert "abandon_rate must be within [0, 1]" in capsys.readouterr().err
+
+
+def test_demo_report_puts_leaks_first_and_counts_threads() -> None:
+    """A report's leaks are unkilled cursors plus leftover threads, and it says so up front."""
+    from integrations._demo import DemoReport
+
+    report = DemoReport(
+        server="test", seconds=2.0, interrupted=False, requests=10, documents_read=100,
+        results_consumed=10, cursors_opened=10, cursors_abandoned=4, cursors_killed=2,
+        cursors_not_found=0, kill_commands=2, leaked_cursors=2,
+        leaked_threads=("demo-worker-1",), db_acquisitions_threads=10,
+        db_acquisitions_tasks=1, db_waits=3, db_wait_p50_ms=1.0, db_wait_p99_ms=2.0,
+        executors=2, executor_runs=5, executor_wakeups=5, monitor_checks=2, service_jobs=2,
+        shutdown_seconds=0.05, errors=(),
+    )
+    assert report.leaks == 3
+    lines = report.render().splitlines()
+    assert lines[1].split() == ["leaks", "3", "(2", "cursor(s),", "threads:", "demo-worker-1)"]
