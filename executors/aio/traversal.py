@@ -230,14 +230,27 @@ class Traversal:
     Raises:
         TypeError / ValueError: naming the bad argument.
 
-    Example:
-        >>> from integrations.sqlite_store import SQLiteStore
-        >>> store = SQLiteStore(":memory:")
-        >>> store.add_tree(["a/", "a/x", "b"])
+    Example (a one-snapshot store of a root with two files; the SQLite and PostgreSQL stores
+    are in ``integrations``):
+        >>> class Tiny:
+        ...     async def begin(self, *, budget):
+        ...         return self
+        ...     async def root(self):
+        ...         return Entry("", 0, Kind.DIR)
+        ...     async def lookup(self, parent, name):
+        ...         return None
+        ...     async def list(self, parent, kind, after, limit):
+        ...         names = ["a", "b"] if kind is Kind.FILE else []
+        ...         return [Entry(n, n, kind) for n in names if after is None or n > after]
+        ...     async def commit(self):
+        ...         pass
+        ...     async def rollback(self):
+        ...         pass
         >>> seen = []
-        >>> stats = asyncio.run(traverse(store, lambda v: seen.append("/".join(v.path))))
-        >>> seen
-        ['', 'b', 'a', 'a/x']
+        >>> t = Traversal(Tiny(), lambda v: seen.append("/" + "/".join(v.path)))
+        >>> stats = asyncio.run(t.run())
+        >>> seen, stats.visits, t.done
+        (['/', '/a', '/b'], 3, True)
     """
 
     def __init__(self, store: Store, visitor: Visitor, *, mode: Mode = "strict",
@@ -600,13 +613,7 @@ async def traverse(store: Store, visitor: Visitor, *, mode: Mode = "strict",
                    ) -> TraversalStatistics:
     """Traverse `store` with `visitor` in `mode`; return the statistics (see `Traversal`).
 
-    Example:
-        >>> from integrations.sqlite_store import SQLiteStore
-        >>> store = SQLiteStore(":memory:")
-        >>> store.add_tree(["docs/", "docs/a.md", "README"])
-        >>> stats = asyncio.run(traverse(store, lambda v: None, mode="any"))
-        >>> stats.visits, stats.done
-        (4, True)
+    Example: ``stats = await traverse(store, print, mode="any")`` (see `Traversal`).
     """
     return await Traversal(store, visitor, mode=mode, budget=budget, page_size=page_size,
                            window=window, limiter=limiter, max_batch=max_batch,
