@@ -83,6 +83,8 @@ class JobStatistics:
     overruns: int
     skipped: int
     wake_requests: int
+    #: True while the job is light enough to run on the scheduler thread (no hand-off).
+    inline: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,6 +175,8 @@ class Job:
         "_errors",
         "_executor",
         "_fn",
+        "_heavy",
+        "_inline",
         "_interval",
         "_jitter",
         "_last_duration",
@@ -217,6 +221,9 @@ class Job:
         self._backoff_max = backoff_max
         self._dedicated = dedicated
         self._executor: PeriodicExecutor | None = None
+        # Light jobs run on the scheduler thread itself: see BackgroundService(inline_below=).
+        self._inline = False
+        self._heavy = False
         # Schedule state, guarded by the service's lock (flags below are written lock-free).
         self._token = 0  # heap entries carrying another token are stale (lazy deletion)
         self._nominal: float | None = None  # the grid time of the next run (before jitter)
@@ -361,6 +368,7 @@ class Job:
             overruns=self._overruns,
             skipped=self._skipped,
             wake_requests=self._wake_requests,
+            inline=self._inline,
         )
 
     def __repr__(self) -> str:
@@ -490,6 +498,10 @@ class BackgroundService:
             `concurrent.futures.Executor`: a process pool, or a Dask
             ``distributed.Client.get_executor()`` for work that outgrows one machine.
         shutdown_timeout: the default deadline of `shutdown` and of ``with`` (None: no limit).
+        inline_below: a shared job whose run on the pool took less than this many seconds
+            runs on the scheduler thread from then on, saving a thread hand-off per run (the
+            cost of most of the CPU of a busy scheduler); if a run there takes longer, the job
+            goes back to the pool for good. 0 keeps every job on the pool.
         clock: where time comes from (default: the real monotonic clock).
         fork_policy: ``"lazy"`` (default), ``"eager"`` or ``"stop"``.
 
@@ -514,6 +526,7 @@ class BackgroundService:
         workers: int = 4,
         executor: concurrent.futures.Executor | None = None,
         shutdown_timeout: float | None = 10.0,
+        inline_below: float = 0.001,
         clock: Clock | None = None,
         fork_policy: ForkPolicy = "lazy",
     ) -> None:
@@ -534,6 +547,7 @@ class BackgroundService:
         self._workers = workers
         self._executor = executor
         self._shutdown_timeout = shutdown_timeout
+        self._inline_below = check_interval(inline_below, "inline_below")
         self._clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         # A test clock does not move while runs execute: see "Clock" above.
         self._lockstep = not isinstance(self._clock, SystemClock)
@@ -1005,6 +1019,7 @@ class BackgroundService:
                 return
             now = clock.monotonic()
             due_jobs: list[Job] = []
+            inline_jobs: list[Job] = []
             with lock:
                 while heap:
                     due, _, token, job = heap[0]
@@ -1016,13 +1031,15 @@ class BackgroundService:
                         # the scheduler never wakes for a deadline that no longer exists.
                         continue
                     job._running = True
-                    due_jobs.append(job)
+                    (inline_jobs if job._inline else due_jobs).append(job)
                 self._in_flight += len(due_jobs)
                 deadline = heap[0][0] if heap else _INF
                 self._sleep_until = deadline
             for job in due_jobs:
                 self._put_work(job)
-            if due_jobs:
+            for job in inline_jobs:
+                self._run_job(job, inline=True)
+            if due_jobs or inline_jobs:
                 continue
             if lockstep and self._in_flight:
                 # A test clock: wait (in real time) for the runs to finish before sleeping on
@@ -1103,13 +1120,15 @@ class BackgroundService:
                 else:
                     self._idle += 1
 
-    def _run_job(self, job: Job) -> None:
+    def _run_job(self, job: Job, *, inline: bool = False) -> None:
+        """Run a due job once and schedule its next run; on a pool thread, or `inline`."""
         clock = self._clock
         if self._closing or job._cancelled or job._paused:
             with self._lock:
                 job._running = False
-                self._in_flight -= 1
-                nudge = self._lockstep and not self._in_flight
+                if not inline:
+                    self._in_flight -= 1
+                nudge = self._lockstep and not self._in_flight and not inline
             if nudge:
                 self._messages.put(_NUDGE)
             return
@@ -1124,17 +1143,29 @@ class BackgroundService:
         exc = job._call()
         end = clock.monotonic()
         job._runs += 1
-        job._last_duration = end - start
+        duration = end - start
+        job._last_duration = duration
+        # Adaptive placement: a job whose pool run was shorter than inline_below runs on the
+        # scheduler thread from then on (one thread wake-up per run instead of two); one that
+        # is slow there goes back to the pool for good, so a job can stall the scheduler at
+        # most once.
+        if inline:
+            if duration >= self._inline_below:
+                job._inline = False
+                job._heavy = True
+        elif not job._heavy and duration < self._inline_below:
+            job._inline = True
         self._job_runs += 1
         if exc is not None:
             self._job_errors += 1
             del exc
         with self._lock:
             job._running = False
-            self._in_flight -= 1
+            if not inline:
+                self._in_flight -= 1
             # A test clock's scheduler waits for the runs in flight: wake it when the last
             # ends (time stands still meanwhile, so nothing else can fall due but at once).
-            nudge = self._lockstep and not self._in_flight
+            nudge = self._lockstep and not self._in_flight and not inline
             job._last_nominal = due
             if not (job._cancelled or job._paused or job._stopped or self._closing):
                 nominal = self._next_nominal(job, due, start, end)
@@ -1145,7 +1176,9 @@ class BackgroundService:
                     if at < job._due:  # type: ignore[operator]
                         self._schedule(job, at, end, jitter=False)
                 due_at: float = job._due  # type: ignore[assignment]
-                nudge = nudge or due_at < self._sleep_until or (self._lockstep and due_at <= end)
+                if not inline:  # the scheduler itself re-reads the heap after an inline run
+                    nudge = nudge or due_at < self._sleep_until or (
+                        self._lockstep and due_at <= end)
         if nudge:
             self._messages.put(_NUDGE)
 
