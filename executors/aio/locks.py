@@ -47,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import weakref
-from collections import OrderedDict
+from collections import deque
 from collections.abc import Awaitable
 from types import TracebackType
 from typing import Final, Literal, cast, final
@@ -117,6 +117,9 @@ class _Ready(tuple):  # type: ignore[type-arg]
 _READY: Final = cast("Awaitable[None]", _Ready())
 
 
+_Future: Final = asyncio.Future
+_new: Final = object.__new__
+
 _NO_PERMIT: Final[weakref.WeakSet[Waiter]] = weakref.WeakSet()
 """Task waiters whose future got a result but no permit (their loop was closed first)."""
 
@@ -132,22 +135,24 @@ def _check_value(value: object, what: str) -> int:
 class _FairPermits:
     """The machinery shared by Semaphore, BoundedSemaphore and Lock: permits and a FIFO line."""
 
-    __slots__ = ("__weakref__", "_bound", "_line", "_value", "_waiters", "_woken")
+    __slots__ = ("__weakref__", "_bound", "_line", "_queued", "_value", "_waiters", "_woken")
 
     _value: int
     _woken: int
     _waiters: WaiterQueue[Waiter]
-    _line: OrderedDict[Waiter, None]
+    _line: deque[Waiter]
+    _queued: set[Waiter]
     _bound: int | None
 
     def _setup(self, value: int, bound: int | None) -> None:
         self._value = value  # free permits, not reserved (the name asyncio's tests inspect)
         self._woken = 0  # tasks handed a permit that have not resumed yet (R)
-        self._waiters = WaiterQueue()  # W and C, in arrival order
-        # The queue's own ordered dict, for the hot paths: a C-level append/popleft/discard
-        # instead of a Python method call each (about 5% of the contended path).
-        # Same object, so the queue's methods and these always agree; a test pins the layout.
-        self._line = self._waiters._items
+        self._waiters = queue = WaiterQueue[Waiter]()  # W and C, in arrival order
+        # The queue's own deque and set, for the hot paths: C-level operations instead of a
+        # Python method call each. Same objects, so the queue's methods and these always agree
+        # (the queue compacts its deque in place); a test pins the layout.
+        self._line = queue._items
+        self._queued = queue._queued
         self._bound = bound
 
     # -- atomic sections (plain functions: nothing can interleave with them) ----------------
@@ -161,7 +166,7 @@ class _FairPermits:
 
     @atomic
     def _park(self, waiter: Waiter) -> None:
-        self._line[waiter] = None
+        self._waiters.append(waiter)
         if self._value:
             # Only woken tasks that have not resumed kept us from the fast path: reserve a permit
             # now, so no permit idles while we wait, and resume after them (gh-111693 order).
@@ -186,9 +191,17 @@ class _FairPermits:
     @atomic
     def _drain(self) -> None:
         """Hand free permits to the head of the line while both exist (skipping C entries)."""
+        # WaiterQueue.popleft inlined: `queued` non-empty means a live entry is in `line`.
+        queue = self._waiters
         line = self._line
-        while self._value and line:
-            waiter = line.popitem(last=False)[0]
+        queued = self._queued
+        stale = queue._stale
+        while self._value and queued:
+            waiter = line.popleft()
+            if stale and waiter in stale:
+                queue._bury(waiter)  # a tombstone: that waiter left the line (C)
+                continue
+            queued.discard(waiter)
             if type(waiter) is TaskWaiter:
                 # TaskWaiter.try_wake inlined (same semantics): the contended hot path.
                 fut = waiter.future
@@ -216,16 +229,23 @@ class _FairPermits:
         # The sections between awaits are atomic; _park, _leave, _hand_back and _resumed are
         # inlined where it saves a call on the contended path.
         # asyncio.Future() rather than loop.create_future(): one Python call less on the
-        # contended path (about 5% of it), as anyio does.
-        fut: asyncio.Future[object] = asyncio.Future()
-        waiter = TaskWaiter(fut)
-        self._line[waiter] = None
-        if self._value:
-            self._drain()  # as in _park
+        # contended path, as anyio does.
+        fut: asyncio.Future[object] = _Future()
+        # A TaskWaiter without its Python __init__ (a C allocation and a slot store): the
+        # waiter allocation was a few percent of the contended path.
+        waiter = _new(TaskWaiter)
+        waiter.future = fut
+        # WaiterQueue.append inlined (a fresh waiter is never queued yet).
+        self._line.append(waiter)
+        self._queued.add(waiter)
         try:
-            if fut.done():
-                # Reserved at once by _drain; still yield so earlier woken tasks resume first.
-                await asyncio.sleep(0)
+            if self._value:
+                self._drain()  # as in _park
+                if fut.done():
+                    # Reserved at once; still yield so earlier woken tasks resume first.
+                    await asyncio.sleep(0)
+                else:
+                    await fut
             else:
                 await fut
         except BaseException:
@@ -236,7 +256,7 @@ class _FairPermits:
                 else:
                     self._hand_back()
             else:
-                self._line.pop(waiter, None)  # O(1), unlike asyncio's deque.remove
+                self._waiters.discard(waiter)  # O(1), unlike asyncio's deque.remove
                 fut.cancel()  # if something other than a cancellation was thrown in
             raise
         self._woken -= 1
@@ -359,7 +379,7 @@ class Semaphore(_FairPermits):
         Never blocks and never yields; the woken waiter resumes on a later loop iteration.
         """
         self._value += 1
-        if self._line:
+        if self._queued:
             self._drain()
 
     def statistics(self) -> SemaphoreStatistics:
@@ -431,7 +451,7 @@ class BoundedSemaphore(Semaphore):
         if self._value + self._woken >= bound:
             raise ValueError("BoundedSemaphore released too many times")
         self._value += 1
-        if self._line:
+        if self._queued:
             self._drain()
 
 
@@ -508,7 +528,7 @@ class Lock(_FairPermits):
         if self._value or self._woken:
             raise RuntimeError("Lock is not acquired.")
         self._value = 1
-        if self._line:
+        if self._queued:
             self._drain()
 
     def statistics(self) -> LockStatistics:
