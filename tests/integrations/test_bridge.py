@@ -14,7 +14,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pytest
 from hypothesis import given, settings
@@ -1038,7 +1038,3 @@ def test_run_sync_reraises_and_rejects_non_callables() -> None:
             await run_sync(3)  # type: ignore[arg-type]
 
     asyncio.run(main())
-
-
-def _unused(*_: Any) -> None:  # keeps imports used in type positions only
-    return None
