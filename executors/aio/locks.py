@@ -382,6 +382,18 @@ class Semaphore(_FairPermits):
         if self._queued:
             self._drain()
 
+    def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Awaitable[None]:
+        # release() inlined: one Python call less per contended acquisition.
+        self._value += 1
+        if self._queued:
+            self._drain()
+        return _READY
+
     def statistics(self) -> SemaphoreStatistics:
         """A frozen snapshot: free value, level, waiting, woken and locked."""
         return SemaphoreStatistics(
@@ -437,6 +449,8 @@ class BoundedSemaphore(Semaphore):
 
     def __init__(self, value: int = 1) -> None:
         self._setup(_check_value(value, "BoundedSemaphore"), value)
+
+    __aexit__ = _FairPermits.__aexit__  # release() with its bound check
 
     @atomic
     def release(self) -> None:
