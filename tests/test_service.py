@@ -298,6 +298,30 @@ def test_decorator_form(services: list[BackgroundService]) -> None:
     assert times == [0.0, 5.0, 10.0]
 
 
+@pytest.mark.parametrize("inline_below", [0.001, 0.0])
+def test_light_jobs_run_on_the_scheduler_thread(services: list[BackgroundService],
+                                                inline_below: float) -> None:
+    """A job faster than inline_below moves to the scheduler thread; a slow run sends it back."""
+    svc, clock = virtual(services, inline_below=inline_below)
+    names: list[str] = []
+
+    def body() -> None:
+        names.append(threading.current_thread().name)
+        if len(names) == 3:
+            clock.advance(1, settle=False)  # this run takes 1 s of clock time
+
+    job = svc.every(10, body)
+    svc.start()
+    clock.wait_for_sleepers(1)
+    clock.advance(40)
+    where = ["scheduler" if n == "test-scheduler" else "pool" for n in names]
+    if inline_below:
+        assert where == ["pool", "scheduler", "scheduler", "pool", "pool"]
+    else:
+        assert where == ["pool"] * 5
+    assert not job.statistics().inline
+
+
 @pytest.mark.slow
 def test_stress_ten_thousand_jobs_virtual_clock() -> None:
     """10,000 jobs for 10 virtual seconds: every run happens on time, on few threads."""
