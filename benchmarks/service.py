@@ -56,12 +56,18 @@ APSCHEDULER = "APScheduler"
 TIMER = "Timer loop"
 
 Result = dict[str, float]
+_BASE_THREADS = threading.active_count()
 
 
 def _window(n: int, warmup: float, seconds: float,
             setup: Callable[[list[list[float]]], Callable[[], None]],
             grid: bool) -> Result:
     """Start `n` recording jobs with `setup`, measure a window, tear down, summarise."""
+    # The previous contender's threads (cancelled timers, pool threads) may still be exiting:
+    # wait for them, or they would count against this one's baseline.
+    limit = mono() + 30
+    while threading.active_count() > _BASE_THREADS and mono() < limit:
+        time.sleep(0.05)
     gc.collect()
     baseline = threading.active_count()
     times: list[list[float]] = [[] for _ in range(n)]
