@@ -74,6 +74,10 @@ class OrphanReaper:
             return True
         alive = {p for p in self.adopted(managed) if proc_state(p) not in (None, "Z")}
         if not alive:
+            # What is left are zombies, some of which may have died after the loop's last
+            # reap (a grandchild killed with its group): reap them now, or they would outlive
+            # the run as zombie children of the host program.
+            self.reap(managed)
             return True
         if self._deadline is None:
             self._say(f"stopping {len(alive)} orphaned process(es): {sorted(alive)}")

@@ -61,11 +61,11 @@ def rows(summary: dict[str, object]) -> dict[str, dict[str, object]]:
     return {p["name"]: p for p in processes}
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_signal_to_coordinator_stops_in_order_then_dies_by_it(tmp_path: Path,
                                                              sig: signal.Signals) -> None:
-    """Checklist 10: SIGTERM/SIGINT to the coordinator → supporting processes stopped, then the
-    PUT, then the coordinator dies by the same signal (returncode -15 / -2)."""
+    """Checklist 10: SIGTERM/SIGINT/SIGHUP to the coordinator → supporting processes stopped,
+    then the PUT, then the coordinator dies by the same signal (returncode -15 / -2 / -1)."""
     put, s1, s2 = tmp_path / "put.log", tmp_path / "s1.log", tmp_path / "s2.log"
     proc = start([*with_("s1", s1), *with_("s2", s2), "--grace", "1", "--summary", "json",
                   "--ready", "put=regex:^ready$", "--", *recorder(put)])
@@ -198,11 +198,71 @@ def test_usage_errors(tmp_path: Path) -> None:
         (["--with", "a", "--", "true"], "NAME=COMMAND"),
         (["--ready", "put=soon", "--", "true"], "regex:PATTERN or delay:SECONDS"),
         (["--grace", "-1", "--", "true"], "grace"),
+        (["--no-group-kill", "nope", "--", "true"], "no process named 'nope'"),
+        (["--ready-timeout", "0", "--", "true"], "ready_timeout"),
     ]
     for args, message in cases:
         proc = run(args)
         assert proc.returncode == 2, (args, proc.stderr)
         assert message in proc.stderr, (args, proc.stderr)
+
+
+def test_per_process_options(tmp_path: Path) -> None:
+    """--stop-signal NAME=SIGNAL and --grace NAME=SECONDS apply to that process only; the
+    defaults are INT (supporting) / TERM (PUT) and 5 s; --ready-timeout gives 124; a py-spy
+    record configured to stop by SIGTERM draws a warning (it would lose its output)."""
+    put, s, t = tmp_path / "put.log", tmp_path / "s.log", tmp_path / "t.log"
+    proc = run([*with_("s", s), *with_("t", t), "--stop-signal", "s=HUP", "--grace", "s=0.7",
+                "--stop-signal", "put=INT", "--with", "end=sleep 0.2", "--summary", "json",
+                "--ready", "put=regex:^ready$", "--", *recorder(put)])
+    assert proc.returncode == 0, proc.stderr
+    table = rows(json_summary(proc.stderr))
+    assert (table["s"]["stop_signal"], table["s"]["grace"]) == ("SIGHUP", 0.7)
+    assert (table["t"]["stop_signal"], table["t"]["grace"]) == ("SIGINT", 5.0)
+    assert (table["put"]["stop_signal"], table["put"]["grace"]) == ("SIGINT", 5.0)
+    assert [sg for sg, _ in signals(s) if sg != CONT] == [signal.SIGHUP]
+    assert [sg for sg, _ in signals(t) if sg != CONT] == [INT]
+    assert [sg for sg, _ in signals(put) if sg != CONT] == [INT]
+    assert table["s"]["description"] == "terminated by SIGHUP (clean stop)"
+
+    timeout = run(["--ready", "put=regex:never", "--ready-timeout", "0.3", "--", "sleep", "30"])
+    assert timeout.returncode == 124, timeout.stderr
+    assert "put not ready after 0.3s" in timeout.stderr
+
+    warned = run(["--with", "spy=/nonexistent/py-spy record -o x.svg -p {pid}",
+                  "--stop-signal", "spy=TERM", "--summary", "none", "--", "true"])
+    assert "py-spy record writes nothing when stopped by SIGTERM" in warned.stderr
+    assert "--stop-signal spy=INT" in warned.stderr
+
+
+def test_colours_on_a_terminal(tmp_path: Path) -> None:
+    """--color auto (the default) colours the labels when stdout is a terminal (and, in
+    test_summary_logs_and_colours, not when it is a pipe)."""
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen([*CLI, "--summary", "none", "--", "echo", "hi"],
+                                env=env_with_package(), stdout=slave, stderr=subprocess.DEVNULL)
+        os.close(slave)
+        slave = -1
+        out = b""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                chunk = os.read(master, 4096)  # returns once there is output or EIO at EOF
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if slave >= 0:
+            os.close(slave)
+        os.close(master)
+    text = out.decode()
+    assert "hi" in text and "\x1b[" in text
 
 
 def test_summary_logs_and_colours(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 from helpers.coord_tools import RECORDER, alive, events, pid_of, recorder, signals, wait_until
 
 from executors._coordinator_output import LineBuffer
-from executors._coordinator_sys import proc_state
+from executors._coordinator_sys import children_of_self, proc_state
 from executors._coordinator_template import render, split_command
 from executors.coordinator import (
     EXIT_NOT_EXECUTABLE,
@@ -79,6 +79,9 @@ def test_supporting_processes_stop_before_the_process_under_test(tmp_path: Path)
         assert r.start + r.duration <= put_result.signals[0][1]
     assert put_result.description == "terminated by SIGTERM (clean stop)"
     assert sent(result, "put") == ["SIGTERM"] and sent(result, "s1") == ["SIGINT"]
+    # systemd.kill(5): SIGCONT right after the stop signal, so a stopped process can act on it.
+    for name in ("s1", "s2", "put"):
+        assert [s for s, _ in result.process(name).signals][1:] == ["SIGCONT"]
     assert result.process("trigger").description == "exited 0 (on its own)"
 
 
@@ -112,6 +115,15 @@ def test_grace_zero_means_sigkill_at_once(tmp_path: Path) -> None:
     ).run()
     assert sent(result, "s") == ["SIGKILL"] and sent(result, "put") == ["SIGKILL"]
     assert result.process("s").outcome == "killed-after-grace"
+    assert result.process("put").outcome == "killed-after-grace"
+    # "At once": the SIGKILL goes out in the loop turn that saw the trigger exit, and the PUT's
+    # only after the supporting process is gone.
+    t, s, put = (result.process(n) for n in ("trigger", "s", "put"))
+    assert t.start is not None and t.duration is not None and s.duration is not None
+    trigger_seen = t.start + t.duration
+    assert 0 <= s.signals[0][1] - trigger_seen < 0.1
+    assert s.start is not None and put.signals[0][1] >= s.start + s.duration
+    assert [sg for sg, _ in signals(tmp_path / "s.log")] == []  # nothing before the SIGKILL
 
 
 def test_slow_cleanup_within_grace_is_not_killed(tmp_path: Path) -> None:
@@ -128,6 +140,21 @@ def test_slow_cleanup_within_grace_is_not_killed(tmp_path: Path) -> None:
     assert result.process("s").clean_stop
 
 
+def test_configured_stop_signals_are_sent(tmp_path: Path) -> None:
+    """--stop-signal: each process gets the signal configured for it instead of the default
+    (INT for the PUT, HUP for a supporting process); dying by it counts as a clean stop."""
+    put_log, s_log = tmp_path / "put.log", tmp_path / "s.log"
+    result = Coordinator(
+        spec("put", recorder(put_log), stop_signal=INT),
+        [spec("s", recorder(s_log), stop_signal=signal.SIGHUP), trigger(tmp_path, 0.1)],
+    ).run()
+    assert [s for s, _ in signals(s_log) if s != CONT] == [signal.SIGHUP]
+    assert [s for s, _ in signals(put_log) if s != CONT] == [INT]
+    assert result.process("s").description == "terminated by SIGHUP (clean stop)"
+    assert result.process("put").description == "terminated by SIGINT (clean stop)"
+    assert result.process("s").stop_signal == "SIGHUP"
+
+
 def test_group_kill_reaches_grandchildren(tmp_path: Path) -> None:
     """Checklist 5, 18: `sh -c "sleep 1000 & sleep 1000"` leaves no sleep alive after the run."""
     pids = tmp_path / "pids"
@@ -138,6 +165,7 @@ def test_group_kill_reaches_grandchildren(tmp_path: Path) -> None:
     ).run()
     background = int(pids.read_text())
     assert not alive(background)
+    assert proc_state(background) is None  # not even a zombie: adopted and reaped
     assert result.process("sh").outcome == "terminated"
 
 
@@ -195,6 +223,40 @@ def test_second_stop_request_skips_the_grace(tmp_path: Path) -> None:
     assert time.monotonic() - start < 5
     assert result.trigger == "stop-requested" and result.exit_code == 143
     assert result.process("put").description == "terminated by SIGKILL (forced)"
+
+
+def test_second_stop_during_supporting_grace_kills_the_rest_in_order(tmp_path: Path) -> None:
+    """Checklist 7: a second stop() while a supporting process waits out its grace SIGKILLs it
+    at once; the PUT then gets SIGKILL straight away (no stop signal, no grace), still only
+    after the supporting process is gone."""
+    put_log, s_log = tmp_path / "put.log", tmp_path / "s.log"
+    coordinator = Coordinator(
+        spec("put", recorder(put_log, "--ignore", "TERM"), grace=20),
+        [spec("s", recorder(s_log, "--ignore", "INT"), grace=20)],
+        handle_signals=False,
+    )
+
+    def stopper() -> None:
+        wait_until(lambda: pid_of_or_none(s_log))
+        coordinator.stop()
+        wait_until(lambda: INT in [s for s, _ in signals(s_log)])
+        coordinator.stop()
+
+    thread = threading.Thread(target=stopper)
+    thread.start()
+    start = time.monotonic()
+    result = coordinator.run()
+    thread.join()
+    assert time.monotonic() - start < 10  # not the 2 x 20 s of grace
+    assert result.trigger == "stop-requested" and result.exit_code == 143
+    s, put = result.process("s"), result.process("put")
+    assert sent(result, "s") == ["SIGINT", "SIGKILL"]
+    assert s.description == "terminated by SIGKILL (forced)"
+    assert sent(result, "put") == ["SIGKILL"]
+    assert put.description == "terminated by SIGKILL (forced)"
+    assert [sg for sg, _ in signals(put_log)] == []  # never got a SIGTERM
+    assert s.start is not None and s.duration is not None
+    assert put.signals[0][1] >= s.start + s.duration
 
 
 def pid_of_or_none(log: Path) -> int | None:
@@ -302,6 +364,31 @@ def test_supporting_command_not_found(tmp_path: Path) -> None:
     assert result.process("later").outcome == "skipped"
 
 
+def test_supporting_process_failing_before_ready_stops_the_run_at_once(tmp_path: Path) -> None:
+    """Checklist 15: a profiler that cannot attach exits before its readiness line (py-spy
+    without ptrace rights); that is a trigger at once (125, its stderr tail in the summary), not
+    a readiness timeout, and the processes after it never start."""
+    put_log, later = tmp_path / "put.log", tmp_path / "later.log"
+    message = "Error: Operation not permitted (os error 1)"
+    failing = [sys.executable, "-c",
+               f"import sys; print({message!r}, file=sys.stderr); sys.exit(1)"]
+    start = time.monotonic()
+    result = Coordinator(
+        spec("put", recorder(put_log)),
+        [spec("spy", failing, ready=Ready.regex("Sampling process")),
+         spec("later", recorder(later))],
+        ready_timeout=30,
+    ).run()
+    assert time.monotonic() - start < 10
+    assert (result.trigger, result.trigger_name, result.exit_code) == (
+        "support-exited", "spy", EXIT_START_FAILED)
+    spy = result.process("spy")
+    assert spy.description == "exited 1 (on its own)" and spy.ready_after is None
+    assert spy.stderr_tail == (message,)
+    assert result.process("later").outcome == "skipped" and not later.exists()
+    assert [s for s, _ in signals(put_log) if s != CONT] == [TERM]
+
+
 def test_put_gone_before_supporting_start_skips_them(tmp_path: Path) -> None:
     """Checklist 16: a PUT that is already gone means no profiler is started on its pid."""
     s_log = tmp_path / "s.log"
@@ -343,6 +430,85 @@ def test_readiness_orders_the_start(tmp_path: Path) -> None:
 
 
 # -- reaping and resources -----------------------------------------------------------------------
+
+
+# A PUT that exits 3 as soon as the file named by its argument exists.
+EXIT_ON_FILE = (
+    "import os, sys, time\n"
+    "deadline = time.monotonic() + 30\n"
+    "while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:\n"
+    "    time.sleep(0.01)\n"
+    "sys.exit(3)\n"
+)
+# A supporting process that, on SIGINT, waits until the test creates a file, then exits 0.
+HOLD_ON_INT = (
+    "import os, signal, sys, time\n"
+    "release = sys.argv[1]\n"
+    "def stop(signum, frame):\n"
+    "    open(release + '.got', 'w').close()\n"
+    "    deadline = time.monotonic() + 30\n"
+    "    while not os.path.exists(release) and time.monotonic() < deadline:\n"
+    "        time.sleep(0.01)\n"
+    "    sys.exit(0)\n"
+    "signal.signal(signal.SIGINT, stop)\n"
+    "open(release + '.ready', 'w').close()\n"
+    "print('ready', flush=True)\n"
+    "while True:\n"
+    "    time.sleep(3600)\n"
+)
+
+
+def test_put_pid_stays_reserved_until_the_supporting_processes_are_gone(tmp_path: Path) -> None:
+    """The PUT is reaped last: after it ended on its own, its pid stays a zombie child of the
+    coordinator (so it cannot be recycled) while a profiler is still writing its output; it is
+    reaped once that profiler is gone."""
+    release = tmp_path / "release"
+    seen: dict[str, object] = {}
+    coordinator = Coordinator(
+        # The PUT ends once the holder is ready (has its SIGINT handler).
+        spec("put", [sys.executable, "-c", EXIT_ON_FILE, f"{release}.ready"]),
+        [spec("holder", [sys.executable, "-c", HOLD_ON_INT, str(release)], ready=READY,
+              grace=30)],
+    )
+
+    def watch() -> None:
+        try:
+            wait_until(lambda: Path(f"{release}.got").exists(), timeout=30)
+            pid = coordinator.put_pid
+            assert pid is not None
+            seen["state"], seen["ppid"] = proc_state(pid), _ppid(pid)
+        finally:
+            release.touch()
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    result = coordinator.run()
+    thread.join()
+    assert seen == {"state": "Z", "ppid": os.getpid()}
+    assert result.exit_code == 3 and result.process("put").returncode == 3
+    assert result.process("holder").description == "exited 0"
+    put_pid = result.process("put").pid
+    assert put_pid is not None and proc_state(put_pid) is None  # reaped at the end
+
+
+def test_no_zombie_and_no_survivor_after_the_run(tmp_path: Path) -> None:
+    """Checklist 18-19: grandchildren killed with their group die at the same moment as the
+    PUT; they are adopted and must all be reaped before run() returns, so nothing started by a
+    run is left, not even as a zombie child of the host program (/proc/PID is gone)."""
+    before = children_of_self()
+    for i in range(5):
+        pids = tmp_path / f"pids{i}"
+        script = (f"for i in 1 2 3 4 5 6 7 8; do sleep 1000 & echo $! >> {pids}; done; "
+                  "echo ready; wait")
+        result = Coordinator(
+            spec("put", ["sh", "-c", script], ready=READY), [spec("t", ["sleep", "0.05"])],
+        ).run()
+        assert result.trigger == "support-exited"
+        grandchildren = [int(p) for p in pids.read_text().split()]
+        assert len(grandchildren) == 8
+        assert [p for p in grandchildren if proc_state(p) is not None] == []
+        assert children_of_self() - before == set()
+        assert result.process("put").pid not in children_of_self()
 
 
 def test_orphans_are_reaped_as_subreaper(tmp_path: Path) -> None:
@@ -399,7 +565,8 @@ def test_orphan_reaping_negative_controls(tmp_path: Path) -> None:
 
     pidfile.unlink()
     coordinator = Coordinator(spec("put", ["sh", "-c", script]))
-    coordinator._reap_orphans = lambda: None  # type: ignore[method-assign]
+    # Disable the reaper's reaping itself (the loop's and the final one at the end).
+    coordinator._orphans.reap = lambda managed: None  # type: ignore[method-assign]
     coordinator.run()
     orphan = int(pidfile.read_text())
     try:
@@ -419,6 +586,7 @@ def test_escaped_orphans_are_stopped_at_the_end(tmp_path: Path) -> None:
     ).run()
     escaped = int(pidfile.read_text())
     assert not alive(escaped)
+    assert proc_state(escaped) is None  # reaped, not left as a zombie of the host program
     assert result.exit_code == 0
 
 
@@ -495,7 +663,16 @@ def test_summary_json_and_log_files(tmp_path: Path) -> None:
     assert "sending SIGINT to s" in (logs / "coord.log").read_text()
     text = result.format_text().splitlines()
     assert text[0].split() == ["name", "pid", "start", "duration", "signals", "result"]
-    assert text[1].split()[:2] == ["put", str(result.process("put").pid)]
+    assert len(text) == 1 + 3 + 1  # header, one row per process, the trigger line
+    for line, p in zip(text[1:4], result.processes, strict=True):
+        assert p.start is not None and p.duration is not None
+        cells = line.split(maxsplit=5)
+        assert cells[:4] == [p.name, str(p.pid), f"+{p.start:.3f}s", f"{p.duration:.3f}s"]
+        assert cells[5] == p.description
+    assert text[2].split(maxsplit=5)[4:] == ["INT", "terminated by SIGINT (clean stop)"]
+    assert text[1].split(maxsplit=5)[4:] == ["TERM", "terminated by SIGTERM (clean stop)"]
+    assert text[3].split(maxsplit=5)[4:] == ["-", "exited 0 (on its own)"]
+    assert text[4] == "coord: trigger ended first; exit 0"
 
 
 def test_escalation_uses_the_monotonic_clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -514,6 +691,23 @@ def test_escalation_uses_the_monotonic_clock(tmp_path: Path, monkeypatch: pytest
 
 
 # -- templates, specs, API -----------------------------------------------------------------------
+
+
+def test_placeholders_and_environment_reach_the_children(tmp_path: Path) -> None:
+    """{pid}, {name} and {outdir} are substituted in a supporting command, and every child gets
+    EXECUTORS_NAME / EXECUTORS_OUTDIR (plus EXECUTORS_PUT_PID for supporting processes)."""
+    logs, outdir = tmp_path / "logs", tmp_path / "out"
+    # `{{`/`}}`: literal braces for the shell's own ${VAR-default}.
+    show = 'echo "$EXECUTORS_NAME|${{EXECUTORS_PUT_PID-unset}}|$EXECUTORS_OUTDIR|$0"'
+    result = Coordinator(
+        spec("put", ["sh", "-c", show + "; exec sleep 30", "{name}"]),
+        [spec("s", ["sh", "-c", show, "{pid}:{name}:{outdir}"], ready=Ready.delay(0))],
+        log_dir=logs, outdir=outdir,
+    ).run()
+    put_pid = result.process("put").pid
+    assert result.trigger == "support-exited" and result.exit_code == 0
+    assert (logs / "put.out").read_text() == f"put|unset|{outdir}|put\n"
+    assert (logs / "s.out").read_text() == f"s|{put_pid}|{outdir}|{put_pid}:s:{outdir}\n"
 
 
 def test_template_substitutes_per_argument_without_a_shell() -> None:
