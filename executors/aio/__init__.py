@@ -31,17 +31,17 @@ from .taskgroups import PersistentTaskGroup as PersistentTaskGroup
 from .taskgroups import PersistentTaskGroupStatistics as PersistentTaskGroupStatistics
 from .taskgroups import TaskGroup as TaskGroup
 from .taskgroups import spawn_background as spawn_background
-from .traversal import CursorEntry as CursorEntry
 from .traversal import DEFAULT_LIMIT as DEFAULT_LIMIT
-from .traversal import default_limiter as default_limiter
+from .traversal import CursorEntry as CursorEntry
 from .traversal import Entry as Entry
 from .traversal import Kind as Kind
 from .traversal import Store as Store
 from .traversal import Transaction as Transaction
 from .traversal import Traversal as Traversal
 from .traversal import TraversalStatistics as TraversalStatistics
-from .traversal import traverse as traverse
 from .traversal import Visit as Visit
+from .traversal import default_limiter as default_limiter
+from .traversal import traverse as traverse
 
 __all__ = (
     "atomic",
