@@ -19,9 +19,9 @@ def _modules() -> list[str]:
     names = []
     for package in (executors, integrations):
         names.append(package.__name__)
-        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
-            if info.name not in SKIP:
-                names.append(info.name)
+        names.extend(info.name
+                     for info in pkgutil.walk_packages(package.__path__, package.__name__ + ".")
+                     if info.name not in SKIP)
     return names
 
 
