@@ -293,16 +293,22 @@ def _flush_on_drainers(reapers: list[Reaper[Any, Any]], deadline: float) -> None
         if done is None:  # no drainer thread: flush here, best effort
             reaper._flush_quietly(deadline)
         elif not done.wait(max(0.0, deadline - now())):
-            logger.warning("%r: exit flush ended with %d item(s) pending", reaper,
-                           reaper.pending)
+            logger.warning("%r: exit flush did not finish by the deadline (%d item(s) queued"
+                           " or in the handler)", reaper, reaper._unfinished())
 
 
 def _flush_at_exit() -> None:
     # Registered with atexit again each time a Reaper is made: atexit runs handlers last-in
     # first-out, so this runs before every handler registered before the newest reaper, such as
     # PyMongo's `_shutdown_resources` (registered when pymongo is imported): the flush then
-    # finds the clients its handlers need still working.
-    _flush_all(SYSTEM_CLOCK.monotonic() + registry.exit_timeout())
+    # finds the clients its handlers need still working. The time it waits is charged to the
+    # registry's exit budget, so that this flush and the registry's shutdown that follows wait
+    # one exit deadline in all, not one each.
+    start = SYSTEM_CLOCK.monotonic()
+    try:
+        _flush_all(start + registry._exit_budget_left())
+    finally:
+        registry._charge_exit(SYSTEM_CLOCK.monotonic() - start)
 
 
 registry.add_shutdown_hook(_flush_all)
@@ -491,6 +497,8 @@ class Reaper(Generic[T, K]):
         self._lock = threading.Lock()  # one drain pass at a time; held while the handler runs
         self._retry: list[_Batch[T, K]] = []
         self._handler_thread: int | None = None
+        # Items of the batch the handler holds now: no longer queued, not yet done.
+        self._in_handler = 0
         self._flush_requested = False
         self._flush_waiters: list[threading.Event] = []
         self._sleep_q: queue.SimpleQueue[None] = queue.SimpleQueue()
@@ -608,6 +616,7 @@ class Reaper(Generic[T, K]):
 
     def _attempt(self, batch: _Batch[T, K]) -> None:
         self._handler_thread = threading.get_ident()
+        self._in_handler = len(batch.items)
         try:
             self._handler(batch.key, batch.items)
         except Exception as exc:
@@ -632,6 +641,7 @@ class Reaper(Generic[T, K]):
             self._batches += 1
         finally:
             self._handler_thread = None
+            self._in_handler = 0
 
     def _give_up(self, batch: _Batch[T, K], exc: Exception) -> None:
         self._failed += len(batch.items)
@@ -703,7 +713,8 @@ class Reaper(Generic[T, K]):
     def _flush_quietly(self, deadline: float) -> None:
         try:
             if not self.flush(max(0.0, deadline - SYSTEM_CLOCK.monotonic())):
-                logger.warning("%r: exit flush ended with %d item(s) pending", self, self.pending)
+                logger.warning("%r: exit flush did not finish by the deadline (%d item(s) queued"
+                               " or in the handler)", self, self._unfinished())
         except Exception:  # one broken reaper must not disturb the others' flush at exit
             logger.exception("exit flush of %r failed", self)
 
@@ -739,7 +750,8 @@ class Reaper(Generic[T, K]):
         else:
             flushed = self.flush(budget)
         if not flushed:
-            logger.warning("%r closed with %d item(s) still pending", self, self.pending)
+            logger.warning("%r closed before its flush finished (%d item(s) queued or in the"
+                           " handler)", self, self._unfinished())
         self._executor.close()
         if inside:
             return False
@@ -760,6 +772,10 @@ class Reaper(Generic[T, K]):
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def _unfinished(self) -> int:
+        """Pending items plus those of the batch in the handler (for warnings)."""
+        return self.pending + self._in_handler
 
     @property
     def pending(self) -> int:

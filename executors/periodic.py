@@ -248,6 +248,10 @@ class PeriodicExecutor:
         owner dies in a reference cycle, the weakref is garbage in the same collection and
         CPython then drops its callback, so the thread would run on for one more interval.
 
+        Raises:
+            TypeError: `target` is not callable, or `owner` does not support weak references;
+                and as the constructor, for the intervals, `name` and options.
+
         Example:
             >>> class Monitor:
             ...     def __init__(self) -> None:
@@ -261,6 +265,10 @@ class PeriodicExecutor:
             >>> ex.join(5)
             True
         """
+        # The wrapper below is always callable: check what it wraps, or a bad target would
+        # only show as an error logged at every run.
+        if not callable(target):
+            raise TypeError(f"target must be callable, got {type(target).__name__}")
         self_ref: weakref.ref[OwnerT]
 
         def run_for_owner() -> object:
@@ -270,7 +278,12 @@ class PeriodicExecutor:
             return target(alive)
 
         executor = cls(interval, min_interval, run_for_owner, name, **options)
-        self_ref = weakref.ref(owner, executor.close)
+        try:
+            self_ref = weakref.ref(owner, executor.close)
+        except TypeError:
+            raise TypeError(
+                f"owner must support weak references, got {type(owner).__name__}"
+            ) from None
         return executor
 
     # -- control: open ----------------------------------------------------------------------

@@ -38,6 +38,11 @@ class _Registered(Protocol):
 _registered: set[weakref.ref[_Registered]] = set()
 _shutdown_hooks: list[Callable[[float], object]] = []
 _state = {"shutting_down": False, "exit_timeout": 1.0}
+# Seconds of the exit budget already spent by exit steps that run before `_at_exit` (the
+# reapers' early flush, see executors.deferred): all of our exit work together waits at most
+# `exit_timeout()`, however many steps it is split into. Time other atexit handlers take
+# between our steps (PyMongo's own shutdown, say) is not charged to it.
+_exit_spent = [0.0]
 
 
 logger = logging.getLogger("executors.registry")
@@ -126,15 +131,26 @@ def shutdown(timeout: float = 1.0) -> list[_Registered]:
     return [obj for obj in live if not obj.join(max(0.0, deadline - _now()))]
 
 
+def _exit_budget_left() -> float:
+    """What is left of the exit deadline for the exit steps still to come, in seconds."""
+    return max(0.0, exit_timeout() - _exit_spent[0])
+
+
+def _charge_exit(seconds: float) -> None:
+    """Record that an early exit step waited `seconds` (called from atexit handlers only)."""
+    _exit_spent[0] += max(0.0, seconds)
+
+
 def _at_exit() -> None:
     _state["shutting_down"] = True
-    shutdown(exit_timeout())
+    shutdown(_exit_budget_left())
 
 
 def _after_fork_in_child() -> None:
     # The child has one thread: ours are gone. Rebuild each object's internals (fresh locks and
     # queues, never released ones) and let each apply its fork policy.
     _state["shutting_down"] = False
+    _exit_spent[0] = 0.0
     for obj in _live():
         obj._after_fork_in_child()
 

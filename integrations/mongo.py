@@ -30,6 +30,8 @@ Address = tuple[str, int]
 # One pending kill: (server address or None for the primary, "db.collection", cursor id).
 _Kill = tuple[Address | None, str, int]
 _Key = tuple[Address | None, str]
+# Server cursor ids are BSON int64 values.
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 # The deadline of the flush running on this thread, so one killCursors never outlasts it.
 _flush_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
@@ -58,6 +60,10 @@ def _check_kill(cursor_id: object, namespace: object, address: object) -> _Kill:
         raise TypeError(f"cursor_id must be an int, got {type(cursor_id).__name__}")
     if cursor_id == 0:
         raise ValueError("cursor_id must not be 0 (0 means the server already closed it)")
+    if not _INT64_MIN <= cursor_id <= _INT64_MAX:
+        # Refused here, not at send time: BSON cannot encode it, and the OverflowError would
+        # fail every other kill of its (server, namespace) batch along with it.
+        raise ValueError(f"cursor_id must be a 64-bit signed int, got {cursor_id!r}")
     if not isinstance(namespace, str):
         raise TypeError(f"namespace must be a 'db.collection' str, got {type(namespace).__name__}")
     db, dot, coll = namespace.partition(".")
@@ -203,7 +209,9 @@ class CursorReaper:
             False if the kill was dropped (reaper closed, or `max_pending` reached).
 
         Raises:
-            TypeError, ValueError: bad `cursor_id`, `namespace` or `address`.
+            TypeError, ValueError: bad `cursor_id` (not a non-zero 64-bit signed int: checked
+                here, so one bad id never fails the other kills of its batch), `namespace` or
+                `address`.
         """
         return self._reaper.put(_check_kill(cursor_id, namespace, address))
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextvars
 import gc
+import inspect
 import logging
 import math
+import signal
 import threading
 import time
 import weakref
@@ -13,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from executors import PeriodicExecutor
+from executors import PeriodicExecutor, registry
 from executors.testing import VirtualClock, wait_until
 
 
@@ -268,6 +270,126 @@ def test_close_is_lock_free(executors_to_close: list[PeriodicExecutor]) -> None:
     assert ex.join(5)
 
 
+def test_close_and_wake_from_signal_handler_and_destructor(
+    executors_to_close: list[PeriodicExecutor],
+) -> None:
+    """wake() from a signal handler and close() from __del__ return while another thread holds
+    the executor's lock; the wake is served and the thread exits once the lock is free."""
+    target = Counter()
+    ex = make(executors_to_close, 60, 0, target)
+    ex.open()
+    assert target.wait_for(1)
+    locked, unlock = threading.Event(), threading.Event()
+
+    def hold_lock() -> None:
+        with ex._lock:
+            locked.set()
+            unlock.wait(10)
+
+    holder = threading.Thread(target=hold_lock)
+    holder.start()
+    assert locked.wait(5)
+    handled = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        ex.wake()
+        handled.set()
+
+    old = signal.signal(signal.SIGUSR1, on_signal)
+    try:
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGUSR1)
+        wait_until(handled.is_set, 5)  # handlers run on the main thread between bytecodes
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    assert target.wait_for(2)  # the run needs no lock
+
+    class Dying:
+        def __del__(self) -> None:
+            ex.close()
+
+    d = Dying()
+    d.me = d  # type: ignore[attr-defined]
+    del d
+    gc.collect()  # a destructor that took the lock would hang here
+    assert ex.closed
+    assert ex.join(0.05) is False  # the thread decides to exit under the lock: it waits
+    unlock.set()
+    holder.join(5)
+    assert ex.join(5)
+    assert target.calls == 2
+
+
+def test_close_as_a_plain_weakref_callback(executors_to_close: list[PeriodicExecutor]) -> None:
+    """``weakref.ref(owner, executor.close)`` stops the executor as soon as owner is freed."""
+
+    class Client:
+        pass
+
+    target = Counter()
+    ex = make(executors_to_close, 60, 0, target)
+    owner = Client()
+    ref = weakref.ref(owner, ex.close)
+    ex.open()
+    assert target.wait_for(1)
+    del owner
+    assert ref() is None and ex.closed
+    assert ex.join(2)
+    assert target.calls == 1
+
+
+def test_open_twice_keeps_the_same_thread(executors_to_close: list[PeriodicExecutor]) -> None:
+    """A second open() of a running executor starts no thread (PyMongo's draft
+    test_multiple_open_calls_have_no_effect)."""
+    name = "opened-twice"
+    target = Counter()
+    ex = make(executors_to_close, 60, 0, target, name=name)
+    ex.open()
+    thread = ex._thread
+    assert target.wait_for(1)
+    ex.open()
+    assert ex._thread is thread
+    assert [t for t in threading.enumerate() if t.name == name] == [thread]
+
+
+def test_close_from_the_target_ends_after_that_run(
+    executors_to_close: list[PeriodicExecutor],
+) -> None:
+    """A target that closes its own executor finishes its run, then the thread exits; it cannot
+    wait for itself (join/close(wait=True) return False at once); a reopen runs again (PyMongo
+    4.20's test_close_from_own_task_does_not_cancel)."""
+    seen: list[tuple[bool, bool]] = []
+    ex: PeriodicExecutor
+
+    def target() -> bool:
+        seen.append((ex.close(wait=True, timeout=5), ex.join(5)))
+        return True
+
+    ex = make(executors_to_close, 0.001, 0, target)
+    ex.open()
+    assert ex.join(5)
+    assert seen == [(False, False)]
+    assert ex.statistics().runs == 1 and ex.statistics().state == "closed"
+    ex.open()
+    assert ex.join(5)
+    assert ex.statistics().runs == 2
+
+
+def test_has_pymongo_executors_signature() -> None:
+    """Drop-in: every method of pymongo.periodic_executor.PeriodicExecutor exists here with the
+    same positional parameters (names, order, defaults); ours add keyword-only ones only."""
+    pymongo_pe = pytest.importorskip("pymongo.periodic_executor")
+    theirs_cls = pymongo_pe.PeriodicExecutor
+    for method in ("__init__", "open", "close", "join", "wake", "update_interval",
+                   "skip_sleep"):
+        theirs = inspect.signature(getattr(theirs_cls, method)).parameters
+        ours = inspect.signature(getattr(PeriodicExecutor, method)).parameters
+        positional = [p for p in ours.values() if p.kind is p.POSITIONAL_OR_KEYWORD]
+        assert [(p.name, p.default) for p in positional] == [
+            (p.name, p.default) for p in theirs.values()], method
+        extra = [p for p in ours.values() if p.name not in theirs]
+        assert all(p.kind is p.KEYWORD_ONLY and p.default is not p.empty for p in extra), method
+
+
 # -- scheduling with a virtual clock ------------------------------------------------------
 
 
@@ -282,7 +404,10 @@ def test_virtual_clock_runs_due_runs_start_to_start() -> None:
     assert starts == [0.0]
     clock.advance(30.1)
     assert starts == [0.0, 10.0, 20.0, 30.0, 40.0]
-    assert ex.statistics().next_run_at == 50.0
+    stats = ex.statistics()
+    assert stats.next_run_at == 50.0 and stats.last_run_started == 40.0
+    # One wake-up per due run, none in between; no wake() was asked for.
+    assert (stats.runs, stats.wakeups, stats.wake_requests, stats.errors) == (5, 4, 0, 0)
     assert ex.close(wait=True, timeout=5)
 
 
@@ -471,6 +596,13 @@ def test_owner_collected_stops_thread() -> None:
     gc.collect()
     assert ex.join(2)
     assert not [t for t in threading.enumerate() if t.name == "owned"]
+    # Owner and thread gone: nothing keeps the executor, and it leaves the registry.
+    assert ex in registry.live_executors()
+    ref = weakref.ref(ex)
+    del ex
+    gc.collect()
+    assert ref() is None
+    assert not [e for e in registry.live_executors() if e.name == "owned"]
 
 
 def test_gc_of_owner_in_cycle_while_lock_held_does_not_deadlock() -> None:
@@ -547,6 +679,13 @@ def test_bad_target_and_options_are_rejected() -> None:
         ex.update_interval(0.1)
     with pytest.raises(ValueError, match="timeout"):
         ex.join(-1)
+    # for_owner wraps the target in a callable: it checks the target itself, and the owner.
+    with pytest.raises(TypeError, match="target"):
+        PeriodicExecutor.for_owner(Counter(), "not callable", 1, 0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="owner"):
+        PeriodicExecutor.for_owner(5, lambda owner: True, 1, 0)
+    with pytest.raises(ValueError, match="min_interval"):
+        PeriodicExecutor.for_owner(Counter(), lambda owner: True, 1, 2)
     assert threading.active_count() == before
 
 
@@ -599,6 +738,41 @@ def test_freezegun_does_not_stall_or_spin(executors_to_close: list[PeriodicExecu
         n = target.calls
         assert target.wait_for(n + 1)
         assert ex.close(wait=True, timeout=2)
+
+
+def test_freezegun_moving_frozen_time_neither_bursts_nor_stalls(
+    executors_to_close: list[PeriodicExecutor],
+) -> None:
+    """With freezegun's default settings, moving frozen time (hours ahead, then a day back)
+    changes nothing for an executor: no burst of "missed" runs, no stall, no crash. Its runs
+    never pause under frozen time, so there is nothing to resume: the schedule stays on the
+    real clock, and wake() and close() act at once."""
+    import datetime
+
+    import freezegun
+
+    from executors._clock import SYSTEM_CLOCK
+
+    target = Counter()
+    ex = make(executors_to_close, 60, 0, target)
+    with freezegun.freeze_time("2020-01-01") as frozen:
+        frozen_at = time.monotonic()
+        ex.open()
+        assert target.wait_for(1)
+        frozen.tick(datetime.timedelta(hours=3))
+        assert time.monotonic() == frozen_at + 3 * 3600  # the test's time did move
+        ex.update_interval(60)  # a nudge: the thread re-reads its deadline now
+        frozen.move_to("2019-12-31")
+        ex.update_interval(60)  # another nudge, after time went backwards
+        threading.Event().wait(0.2)  # real time passes, and no run may come of the moves
+        stats = ex.statistics()
+        assert target.calls == 1 and stats.runs == 1 and stats.errors == 0
+        assert stats.next_run_at is not None
+        assert 50 < stats.next_run_at - SYSTEM_CLOCK.monotonic() <= 60  # still real time
+        ex.wake()
+        assert target.wait_for(2)
+        assert ex.close(wait=True, timeout=2)
+    assert target.calls == 2
 
 
 # -- the state machine ----------------------------------------------------------------------

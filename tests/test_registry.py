@@ -237,3 +237,90 @@ def test_fork_rebuilds_executor_in_child(policy: str) -> None:
     # The parent's executor is untouched.
     assert ex.statistics().generation == 0 and ex.statistics().thread_alive
     assert ex.close(wait=True, timeout=5)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_fork_while_the_target_runs_and_the_lock_is_held() -> None:
+    """Fork while the target is mid-run and another thread holds the executor's lock: the
+    child's executor has a fresh lock (the parent's held one is never "released"), no thread,
+    and open() there ("lazy" policy) runs it again; the parent carries on untouched."""
+    parent = os.getpid()
+    in_run, release = threading.Event(), threading.Event()
+    locked, unlock = threading.Event(), threading.Event()
+    runs: list[int] = []
+
+    def target() -> bool:
+        runs.append(os.getpid())
+        if os.getpid() == parent and len(runs) == 1:
+            in_run.set()
+            release.wait(10)
+        return True
+
+    ex = PeriodicExecutor(60, 0, target, name="forked-mid-run")
+    ex.open()
+    assert in_run.wait(5)
+
+    def hold_lock() -> None:
+        with ex._lock:
+            locked.set()
+            unlock.wait(10)
+
+    holder = threading.Thread(target=hold_lock)
+    holder.start()
+    try:
+        assert locked.wait(5)
+        read, write = os.pipe()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads
+            pid = os.fork()
+        if pid == 0:  # child
+            code = 1
+            try:
+                stats = ex.statistics()
+                fresh = ex._lock.acquire(blocking=False)  # not the parent's held lock
+                if fresh:
+                    ex._lock.release()
+                ok = (stats.generation == 1 and not stats.thread_alive and fresh
+                      and stats.state == "open")
+                ex.open()
+                wait_until(lambda: os.getpid() in runs, timeout=5)
+                ok = ok and ex.close(wait=True, timeout=5)
+                os.write(write, b"ok" if ok else f"bad {stats!r} {fresh}".encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write)
+        _, status = os.waitpid(pid, 0)
+        answer = os.read(read, 1000)
+        os.close(read)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert answer == b"ok"
+        assert ex.statistics().generation == 0 and ex.statistics().state == "running"
+    finally:
+        release.set()
+        unlock.set()
+        holder.join(5)
+    wait_until(lambda: ex.statistics().state == "open", 5)
+    assert runs == [parent]
+    assert ex.close(wait=True, timeout=5)
+
+
+def test_shutdown_of_an_empty_registry_in_a_fresh_interpreter() -> None:
+    """With nothing ever opened, shutdown() returns [] at once; a bad timeout names itself."""
+    proc, _ = run_python("""
+        import time
+        from executors import registry
+        assert registry.live_executors() == []
+        t0 = time.perf_counter()
+        assert registry.shutdown() == []
+        assert time.perf_counter() - t0 < 0.5
+        try:
+            registry.shutdown(timeout=-1)
+        except ValueError as exc:
+            assert "timeout" in str(exc)
+        else:
+            raise AssertionError("shutdown(-1) accepted")
+        print("ok")
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok\n" and proc.stderr == ""

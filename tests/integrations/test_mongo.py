@@ -438,6 +438,8 @@ def test_bad_input_and_a_closed_reaper(mongo_server: MongoServer) -> None:
             (("1", "db.c"), TypeError, "cursor_id"),
             ((True, "db.c"), TypeError, "cursor_id"),
             ((0, "db.c"), ValueError, "cursor_id"),
+            ((2**63, "db.c"), ValueError, "cursor_id"),  # BSON int64 only: it would fail
+            ((-(2**63) - 1, "db.c"), ValueError, "cursor_id"),  # its whole batch at send time
             ((5, b"db.c"), TypeError, "namespace"),
             ((5, "nodot"), ValueError, "namespace"),
             ((5, ".c"), ValueError, "namespace"),
@@ -490,6 +492,7 @@ def test_install_runs_pymongo_on_our_executors_and_leaves_no_thread(
     mongo.install()  # idempotent
     try:
         assert mongo.installed()
+        before = set(threading.enumerate())
         client = mongo_server.client()
         assert client[DB]["docs"].count_documents({}) == 20
         assert len(list(client[DB]["docs"].find(batch_size=3))) == 20
@@ -497,12 +500,16 @@ def test_install_runs_pymongo_on_our_executors_and_leaves_no_thread(
         assert isinstance(kill_exec, PeriodicExecutor)
         monitors = [s._monitor for s in client._topology._servers.values()]
         assert monitors and all(isinstance(m._executor, PeriodicExecutor) for m in monitors)
+        assert all(isinstance(m._rtt_monitor._executor, PeriodicExecutor) for m in monitors)
         wait_until(lambda: all(m._executor.statistics().runs >= 1 for m in monitors), 10)
         ours = [kill_exec, *(m._executor for m in monitors)]
         assert all(ex.statistics().thread_alive for ex in ours)
         started = time.monotonic()
         client.close()
         wait_until(lambda: not any(ex.statistics().thread_alive for ex in ours), 5)
+        # No thread of the client's is left at all, ours or any other pymongo started.
+        wait_until(lambda: not [t for t in threading.enumerate() if t not in before], 5,
+                   message=f"left behind: {set(threading.enumerate()) - before}")
         # PyMongo's threads need up to 0.5 s (their poll); ours exit at once. The bound is loose
         # for shared machines; benchmarks/deferred.py measures the figure.
         assert time.monotonic() - started < 2
@@ -543,3 +550,35 @@ def test_executors_does_not_import_the_integration() -> None:
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=30, check=True)
     assert proc.stdout.strip() == "[]"
+
+
+def test_aggregate_cursor_of_a_collected_owner_is_killed_by_flush_without_timeout(
+    mongo_server: MongoServer, opener: pymongo.MongoClient[Any]
+) -> None:
+    """An ``aggregate`` command cursor (``cursor={}``), its id handed to another thread that
+    tracks it: when the owner dies the kill is queued; flush() with no timeout sends it, and
+    the server reports it killed."""
+    reply = opener[DB].command("aggregate", "docs", pipeline=[{"$match": {}}],
+                               cursor={"batchSize": 1})
+    cid = int(reply["cursor"]["id"])
+    assert cid and alive(opener, cid)
+    listener = KillListener()
+    client = mongo_server.client(event_listeners=[listener])
+    reaper = CursorReaper(client, wake_threshold=None, interval=3600)
+    try:
+        wait_until(lambda: reaper.reaper.statistics().runs == 1, 5)  # the run at open is done
+        owners = [Owner(cid)]
+        tracker = threading.Thread(
+            target=lambda: reaper.track(owners[0], cid, f"{DB}.docs", client.address))
+        tracker.start()
+        tracker.join(10)
+        owners.clear()
+        assert reaper.statistics().pending == 1 and listener.sent == []
+        assert reaper.flush()
+        assert listener.sent == [[cid]] and listener.killed() == [cid]
+        stats = reaper.statistics()
+        assert (stats.killed, stats.pending, stats.commands) == (1, 0, 1)
+        assert not alive(opener, cid)
+    finally:
+        reaper.close()
+        client.close()
