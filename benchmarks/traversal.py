@@ -10,8 +10,9 @@ binaries are installed, in a throwaway PostgreSQL server. Measured, interleaved 
 - the redo ratio: reads issued but not committed, or repeated to re-establish the cursor, per
   useful read.
 
-PostgreSQL runs twice: on loopback, and with a simulated 1 ms round trip per read (the
-connection held meanwhile), as from a client to a remote server. The transaction budget is
+PostgreSQL runs twice: on loopback, and with a simulated 1 ms round trip per statement (a
+read, and each statement of begin, commit and of a reader joining the snapshot; the connection
+held meanwhile), as from a client to a remote server. The transaction budget is
 0.5 s here (FoundationDB's is 5 s), so that a 100k-node tree takes many transactions.
 Run: ``python -m benchmarks.traversal [--quick]``.
 """

@@ -13,8 +13,8 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, final
+from collections.abc import Awaitable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, TypeVar, final
 
 from executors.aio import Entry, Kind, Lock
 from executors.errors import ClosedError, TransactionExpired, TransactionRetry
@@ -38,6 +38,7 @@ INSERT INTO nodes (id, parent, name, kind) VALUES (1, NULL, '', 'dir') ON CONFLI
 SELECT setval('nodes_id_seq', GREATEST((SELECT max(id) FROM nodes), 1));
 """
 ROOT_ID = 1
+_T = TypeVar("_T")
 _SNAPSHOT_ID = re.compile(r"^[0-9A-Fa-f]+-[0-9A-Fa-f]+(-[0-9]+)?$")
 
 
@@ -52,6 +53,31 @@ def _retryable(exc: BaseException) -> BaseException:
                         asyncpg.exceptions.InterfaceError, ConnectionError, OSError)):
         return TransactionRetry(f"PostgreSQL: {exc}")
     return exc
+
+
+async def _uncancelled(query: Awaitable[_T]) -> _T:
+    """Await `query`; if the caller is cancelled meanwhile, let the query finish first.
+
+    Cancelling a running asyncpg query sends a cancel request over a new connection (a new
+    backend process on the server) and leaves the connection unusable until that is done:
+    far dearer than letting one read finish. The traversal engine cancels the reads it no
+    longer wants at every commit, so the query runs to its end (it holds its connection, and
+    the commit or rollback waits for it) and then the cancellation goes on. A second
+    cancellation while waiting does cancel the query.
+    """
+    task = asyncio.ensure_future(query)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if not task.done():
+            try:
+                await asyncio.wait([task])
+            except asyncio.CancelledError:
+                task.cancel()
+                raise
+        if not task.cancelled():
+            task.exception()  # retrieved: the caller is gone, nobody else will look
+        raise
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -96,14 +122,17 @@ class PostgresTransaction:
             try:
                 conn = await self._store._take()
                 try:
-                    await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                    await conn.execute(f"SET TRANSACTION SNAPSHOT '{self._snapshot}'")
+                    # One round trip: a simple query may hold several statements.
+                    await self._store._round_trip()
+                    await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; "
+                                       f"SET TRANSACTION SNAPSHOT '{self._snapshot}'")
                 except BaseException:
                     await self._store._give(conn, broken=True)
                     raise
             finally:
                 self._growing -= 1
             if not self._open:
+                await self._store._round_trip()
                 await conn.execute("ROLLBACK")
                 await self._store._give(conn)
                 raise TransactionRetry("the transaction is finished; begin a new one")
@@ -121,9 +150,8 @@ class PostgresTransaction:
         try:
             conn, lock = self._conns[0] if leader else await self._reader()
             async with lock:
-                if self._store.simulated_rtt:
-                    await asyncio.sleep(self._store.simulated_rtt)  # the connection is busy
-                return list(await conn.fetch(sql, *args))
+                await self._store._round_trip()  # the connection is busy meanwhile
+                return list(await _uncancelled(conn.fetch(sql, *args)))
         except Exception as exc:
             mapped = _retryable(exc)
             if mapped is exc:
@@ -152,12 +180,18 @@ class PostgresTransaction:
     async def commit(self) -> None:
         if not self._open:
             raise TransactionRetry("the transaction is finished; begin a new one")
+
+        async def end(conn: asyncpg.Connection, lock: Lock, sql: str) -> None:
+            async with lock:
+                await self._store._round_trip()
+                await conn.execute(sql)
+
         try:
-            for conn, lock in self._conns[1:]:
-                async with lock:
-                    await conn.execute("ROLLBACK")  # read-only: nothing to commit
-            async with self._conns[0][1]:
-                await self._leader.execute("COMMIT")
+            # The readers are read-only (nothing to commit, only the imported snapshot to
+            # drop): they end in parallel with the leader's commit, in one round trip rather
+            # than one per connection.
+            await asyncio.gather(end(*self._conns[0], "COMMIT"),
+                                 *(end(conn, lock, "ROLLBACK") for conn, lock in self._conns[1:]))
         except Exception as exc:
             await self.rollback()
             mapped = _retryable(exc)
@@ -173,14 +207,18 @@ class PostgresTransaction:
         if not self._open:
             return
         self._open = False
-        for conn, lock in self._conns:
+
+        async def end(conn: asyncpg.Connection, lock: Lock) -> None:
             try:
                 # A read cut short holds the connection's lock until it has unwound.
                 async with lock:
+                    await self._store._round_trip()
                     await conn.execute("ROLLBACK")
                 await self._store._give(conn)
             except Exception:
                 await self._store._give(conn, broken=True)
+
+        await asyncio.gather(*(end(conn, lock) for conn, lock in self._conns))
         self._store._counts["rolled_back"] += 1
 
 
@@ -194,8 +232,9 @@ class PostgresStore:
     budget raises `TransactionExpired` (as FoundationDB does after 5 s). Names sort bytewise
     (``COLLATE "C"``), like SQLite's and FoundationDB's keys.
 
-    `simulated_rtt` adds that many seconds to every read, with its connection held, to model
-    a remote server on loopback (for benchmarks).
+    `simulated_rtt` adds that many seconds to every round trip (a read, and each statement of
+    `begin`, a reader joining the snapshot, `commit` and `rollback`), with its connection held,
+    to model a remote server on loopback (for benchmarks).
 
     Use as ``async with PostgresStore(dsn) as store:``; the async helpers `add_tree`,
     `remove` and `move` change the tree outside any traversal.
@@ -215,8 +254,8 @@ class PostgresStore:
         self.enforce_timeout = enforce_timeout
         if not isinstance(simulated_rtt, (int, float)) or not 0 <= simulated_rtt < 1:
             raise ValueError(f"simulated_rtt must be in [0, 1) seconds, got {simulated_rtt!r}")
-        # For benchmarks: every read keeps its connection busy this much longer, as a round
-        # trip to a remote server would (loopback has almost none).
+        # For benchmarks: every round trip keeps its connection busy this much longer, as one
+        # to a remote server would (loopback has almost none).
         self.simulated_rtt = float(simulated_rtt)
         self._idle: list[asyncpg.Connection] = []
         self._all = 0
@@ -266,6 +305,11 @@ class PostgresStore:
         self._all += 1
         return conn
 
+    async def _round_trip(self) -> None:
+        # The simulated part of a round trip (see `simulated_rtt`); nothing on a real server.
+        if self.simulated_rtt:
+            await asyncio.sleep(self.simulated_rtt)
+
     async def _give(self, conn: asyncpg.Connection, broken: bool = False) -> None:
         if broken or not self._open or conn.is_closed():
             self._all -= 1
@@ -277,12 +321,17 @@ class PostgresStore:
         """Begin a transaction with a time budget of `budget` seconds."""
         conn = await self._take()
         try:
-            await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            begin = "BEGIN ISOLATION LEVEL REPEATABLE READ"
             if self.enforce_timeout:
-                await conn.execute(f"SET LOCAL statement_timeout = {max(1, int(budget * 1000))}")
+                begin += f"; SET LOCAL statement_timeout = {max(1, int(budget * 1000))}"
+            await self._round_trip()
+            await conn.execute(begin)  # one round trip: a simple query may hold statements
+            await self._round_trip()
             snapshot = await conn.fetchval("SELECT pg_export_snapshot()")
-        except Exception as exc:
-            await self._give(conn, broken=True)
+        except BaseException as exc:
+            await self._give(conn, broken=True)  # cancelled too: its state is unknown
+            if not isinstance(exc, Exception):
+                raise
             mapped = _retryable(exc)
             if mapped is exc:
                 raise

@@ -178,6 +178,9 @@ class _Task:
     entry: CursorEntry
     key: object = None  # resolved in the current transaction (None: not yet)
     fetch: asyncio.Future[Sequence[Entry] | None] | None = None
+    # The work this task's page leads to (top last), derived as soon as the page arrives, so
+    # that their reads are issued before the visitor gets here; None: not derived yet.
+    successors: list[_Task] | None = None
 
 
 Visitor = Callable[[Visit], "Awaitable[None] | None"]
@@ -445,16 +448,63 @@ class Traversal:
             key = task.key
             return await read(lambda: txn.list(key, e.phase, e.after, self._page))
 
+        # Every listing read of this transaction not yet finished (to cancel at its end).
+        in_flight: set[asyncio.Future[Sequence[Entry] | None]] = set()
+        active = True
+
+        def arrived(fut: asyncio.Future[Sequence[Entry] | None]) -> None:
+            in_flight.discard(fut)
+            if not fut.cancelled():
+                fut.exception()  # retrieved here: a read cut short (_Stop) is no error to log
+            if active:
+                start_fetches()  # a page that arrived names work whose reads can go out now
+
         def start_fetches() -> None:
             # Prefetch: the next `window` pieces of work in traversal order get their reads.
+            # The order is the stack's, top first, where a piece whose page has arrived but is
+            # not processed yet is followed by the work that page leads to: its successors'
+            # reads (the next page of files, the subdirectories' listings) are issued as soon
+            # as the page arrives, not when the visitor reaches it. Every piece counted is a
+            # listing read ahead of the visitor, so at most `window` of them exist at a time.
             if not issuing:
                 return
             # Until the first piece of work is done, read for it alone: a transaction always
             # makes progress if one piece fits its budget, even a budget shrunk by expiries.
-            window = self._window if progressed else 1
-            for task in stack[-1:-window - 1:-1]:
-                if task.fetch is None:
-                    task.fetch = asyncio.ensure_future(fetch(task))
+            left = self._window if progressed else 1
+            walk = stack[-left:]  # deeper entries cannot be among the next `left`
+            while walk and left:
+                task = walk.pop()
+                left -= 1
+                fut = task.fetch
+                if fut is None:
+                    fut = task.fetch = asyncio.ensure_future(fetch(task))
+                    in_flight.add(fut)
+                    fut.add_done_callback(arrived)
+                    continue
+                if task.successors is None:
+                    if not fut.done() or fut.cancelled() or fut.exception() is not None:
+                        continue
+                    page = fut.result()
+                    if page is None:
+                        continue
+                    task.successors = successors(task, page)
+                walk.extend(task.successors[-left:] if left else ())
+
+        def successors(task: _Task, page: Sequence[Entry]) -> list[_Task]:
+            # The work a listing leads to, in stack order (the next piece last).
+            e = task.entry
+            full = len(page) >= self._page
+            last = page[-1].name if page else None
+            if e.phase is Kind.FILE:
+                out = [_Task(CursorEntry(e.path, Kind.DIR, None, True), task.key)] \
+                    if e.after is None else []
+                if full:
+                    out.append(_Task(CursorEntry(e.path, Kind.FILE, last, True), task.key))
+                return out
+            out = [_Task(CursorEntry(e.path, Kind.DIR, last, True), task.key)] if full else []
+            out.extend(_Task(CursorEntry((*e.path, c.name), Kind.FILE, None, False), c.key)
+                       for c in reversed(page) if c.kind is Kind.DIR)
+            return out
 
         async def process(task: _Task, page: Sequence[Entry] | None) -> list[_Task]:
             nonlocal visits
@@ -469,8 +519,6 @@ class Traversal:
                 node = Entry(e.path[-1] if e.path else "", task.key, Kind.DIR)
                 await self._visit(Visit(e.path, node, txn))
                 visits += 1
-            full = len(page) >= self._page
-            last = page[-1].name if page else None
             if e.phase is Kind.FILE:
                 visitor = self._visitor
                 for child in page:
@@ -480,15 +528,9 @@ class Traversal:
                         if result is not None and inspect.isawaitable(result):
                             await result
                         visits += 1
-                out = [_Task(CursorEntry(e.path, Kind.DIR, None, True), task.key)] \
-                    if e.after is None else []
-                if full:
-                    out.append(_Task(CursorEntry(e.path, Kind.FILE, last, True), task.key))
-                return out
-            out = [_Task(CursorEntry(e.path, Kind.DIR, last, True), task.key)] if full else []
-            out.extend(_Task(CursorEntry((*e.path, c.name), Kind.FILE, None, False), c.key)
-                       for c in reversed(page) if c.kind is Kind.DIR)
-            return out
+            if task.successors is None:
+                task.successors = successors(task, page)
+            return task.successors
 
         try:
             while stack:
@@ -540,8 +582,9 @@ class Traversal:
                 stack[index:index + 1] = await process(task, page)
                 progressed = True
             cursor = tuple(t.entry for t in stack)
+            active = False
             # Reads still running are not wanted: let them unwind before the commit.
-            await self._settle(self._cleanup(stack, resolved))
+            await self._settle(self._cleanup(in_flight, resolved))
             began = clock()
             try:
                 async with self._limiter:
@@ -549,7 +592,8 @@ class Traversal:
             finally:
                 self._commit_time = max(self._commit_time * 0.9, clock() - began)
         except BaseException as exc:
-            self._cleanup(stack, resolved)
+            active = False
+            self._cleanup(in_flight, resolved)
             self._redone += visits
             try:
                 await txn.rollback()
@@ -575,12 +619,14 @@ class Traversal:
             await asyncio.wait(pending)
 
     @staticmethod
-    def _cleanup(stack: list[_Task], resolved: dict[tuple[str, ...], asyncio.Future[Entry | None]],
+    def _cleanup(in_flight: set[asyncio.Future[Sequence[Entry] | None]],
+                 resolved: dict[tuple[str, ...], asyncio.Future[Entry | None]],
                  ) -> list[asyncio.Future[object]]:
         # Reads of the finished transaction are no longer wanted; collect their outcomes so
-        # that no "exception was never retrieved" is logged for a read cut short.
+        # that no "exception was never retrieved" is logged for a read cut short. (A finished
+        # listing read's outcome was retrieved when it arrived.)
         futures: list[asyncio.Future[Sequence[Entry] | None] | asyncio.Future[Entry | None]]
-        futures = [t.fetch for t in stack if t.fetch is not None]
+        futures = list(in_flight)
         futures.extend(resolved.values())
         out: list[asyncio.Future[object]] = []
         for fut in futures:

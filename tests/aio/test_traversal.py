@@ -285,6 +285,63 @@ def test_relaxed_processes_reads_out_of_order() -> None:
     assert orders["relaxed"].index(("b",)) < orders["relaxed"].index(("a",))
 
 
+@pytest.mark.parametrize("mode", ["strict", "relaxed", "any"])
+def test_an_arrived_page_leads_to_its_reads_before_the_visitor_gets_there(mode: str) -> None:
+    """While the first directory's listing is pending, a later directory's page that arrived
+    has its follow-up reads (its next page of files, its subdirectories) issued at once, not
+    when the visitor reaches it; the order per mode still holds. (Without that, the gated
+    read below is never released and the traversal fails.)"""
+
+    class Gated(MemoryStore):
+        gate: asyncio.Event | None = None
+        followups: list[tuple[str, Kind, str | None]]
+
+        async def begin(self, *, budget: float) -> MemoryTransaction:
+            txn = await super().begin(budget=budget)
+            orig = txn.list
+            if self.gate is None:
+                self.gate, self.followups = asyncio.Event(), []
+
+            async def list_(parent: object, kind: Kind, after: str | None,
+                            limit: int) -> Sequence[Entry]:
+                assert self.gate is not None
+                name = self.nodes[int(parent)][1]  # type: ignore[call-overload]
+                if name == "a" and kind is Kind.FILE and after is None:
+                    await asyncio.wait_for(self.gate.wait(), timeout=5)
+                elif name == "b" and (kind is Kind.DIR or after is not None):
+                    self.followups.append((name, kind, after))
+                    if len(self.followups) == 2:
+                        self.gate.set()
+                return await orig(parent, kind, after, limit)
+
+            txn.list = list_  # type: ignore[method-assign]
+            return txn
+
+    tree: Tree = {"a": {"x": None}, "b": {"y0": None, "y1": None, "y2": None, "c": {"z": None}}}
+    store = Gated(tree)
+    run(Traversal(store, recorder(), mode=mode, budget=1000, page_size=2,  # type: ignore[arg-type]
+                  limiter=Semaphore(8), clock=store.clock).run())
+    seen = [p for p, _ in store.committed]
+    if mode == "strict":
+        assert seen == preorder(tree)
+    else:
+        check_relaxed(seen, tree)
+    assert sorted(store.followups, key=str) == [("b", Kind.DIR, None), ("b", Kind.FILE, "y1")]
+
+
+@pytest.mark.parametrize("window", [1, 3, 5])
+def test_reads_ahead_of_the_visitor_are_bounded_by_the_window(window: int) -> None:
+    """Listings read ahead (in flight, or arrived but not processed) never exceed `window`,
+    follow-up reads of arrived pages included, even with permits to spare."""
+    tree: Tree = {f"d{i}": {**{f"f{j}": None for j in range(5)}, "s": {"x": None}}
+                  for i in range(10)}
+    store = MemoryStore(tree)
+    run(Traversal(store, recorder(), budget=1e9, page_size=2, window=window,
+                  limiter=Semaphore(64), clock=store.clock).run())
+    assert [p for p, _ in store.committed] == preorder(tree)
+    assert store.max_in_flight <= window
+
+
 # -- time budget, expiry, batches ---------------------------------------------------------------
 
 

@@ -230,6 +230,59 @@ def test_postgres_batches_with_concurrent_moves(pg_dsn: str) -> None:
     asyncio.run(main())
 
 
+def test_postgres_cancelled_read_lets_its_query_finish(pg_dsn: str) -> None:
+    """A read cancelled while its query runs waits for the query to end (no cancel request,
+    which costs a new server connection), then is cancelled; the transaction goes on."""
+
+    async def main() -> None:
+        store = await _fresh(pg_dsn, ["f"], readers=0)
+        watch = await store._take()  # type: ignore[attr-defined]
+        txn = await store.begin(budget=5)  # type: ignore[attr-defined]
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        read = asyncio.ensure_future(txn.execute("SELECT pg_sleep(0.3)"))
+        deadline = started + 5
+        while not await watch.fetchval("SELECT count(*) FROM pg_stat_activity WHERE "
+                                       "state = 'active' AND query LIKE 'SELECT pg_sleep%'"):
+            assert loop.time() < deadline, "the query never started"
+            await asyncio.sleep(0.005)
+        read.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await read
+        assert loop.time() - started >= 0.25  # the query ran to its end
+        assert [tuple(r) for r in await txn.execute("SELECT 1")] == [(1,)]
+        await txn.commit()
+        await store._give(watch)  # type: ignore[attr-defined]
+        await store.close()  # type: ignore[attr-defined]
+
+    asyncio.run(main())
+
+
+def test_postgres_simulated_round_trip_applies_to_every_statement(pg_dsn: str) -> None:
+    """`simulated_rtt` delays begin (two round trips), a reader joining the snapshot (one
+    more), every read, and the commit (the connections end in parallel)."""
+
+    async def main() -> None:
+        from integrations.postgres_store import ROOT_ID
+
+        rtt = 0.05
+        store = await _fresh(pg_dsn, ["f"], readers=2, simulated_rtt=rtt)
+        loop = asyncio.get_running_loop()
+        t = loop.time()
+        txn = await store.begin(budget=5)  # type: ignore[attr-defined]
+        assert loop.time() - t >= 2 * rtt
+        t = loop.time()
+        pages = await asyncio.gather(*(txn.list(ROOT_ID, Kind.FILE, None, 10) for _ in range(3)))
+        assert loop.time() - t >= 2 * rtt and len(txn._conns) == 3
+        assert all([e.name for e in p] == ["f"] for p in pages)
+        t = loop.time()
+        await txn.commit()
+        assert loop.time() - t >= rtt
+        await store.close()  # type: ignore[attr-defined]
+
+    asyncio.run(main())
+
+
 def test_cli_traverse_prints_paths_and_a_summary(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """`executors traverse sqlite:///db --print` prints every path in strict order, a progress
