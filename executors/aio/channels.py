@@ -50,6 +50,11 @@ __all__ = (
 #   A value handed back by a cancelled getter goes to the next getter, or to the head of the
 #   buffer, which may then hold more than `size` values for a while (never refused: the send that
 #   produced it has already returned, so it must be received).
+# - "Closed and drained" is final: once a get has reported it, no value appears any more. So a
+#   closed channel is drained only when its buffer is empty *and* no value is in flight to a
+#   task that has not resumed yet (`_in_flight`): that task may still be cancelled and hand the
+#   value back. Until then getters park (and close() leaves parked getters parked); the last
+#   in-flight value to resolve wakes them with ChannelClosed (`_received`).
 #
 # For other kinds of waiters (the bridge's thread waiters), the task paths below are the model:
 # on the loop thread, try `_take`/`_offer` (or `Select._poll`); else park with `Channel._park`
@@ -276,9 +281,15 @@ class _Registration:
     def claim_value(self, value: object) -> bool:
         op = self.op
         if op is None:
-            return self.claim(value)
-        assert isinstance(op, Get)
-        return self.claim(GetResult(self.channel, op, value))
+            claimed = self.claim(value)
+        else:
+            assert isinstance(op, Get)
+            claimed = self.claim(GetResult(self.channel, op, value))
+        if claimed and self.waiter.resumes_on_loop:
+            # In flight until the task resumes with it or hands it back: till then the
+            # channel is not drained, even if closed (see Channel._received).
+            self.channel._in_flight += 1
+        return claimed
 
     @atomic
     def claim_closed(self) -> None:
@@ -294,7 +305,8 @@ class _Registration:
             # (A case that is not ignored, on this or another closed channel, is claimed with
             # Closed by its own channel's close(), possibly later in this same call.)
             assert self.group is not None
-            if all(reg.channel._closed and reg.op is not None and reg.op.ignore_on_closed
+            if all(reg.op is not None and reg.op.ignore_on_closed and reg.channel._closed
+                   and (isinstance(reg.op, Send) or not reg.channel._in_flight)
                    for reg in self.group):
                 self.claim(_ALL_CLOSED)
 
@@ -353,7 +365,10 @@ class Channel(Generic[T]):
       its value was taken returns normally and the cancellation fires at its next await; one
       cancelled before that raises `asyncio.CancelledError` and its value is never received.
     - `close()` (from the send side): parked senders and later sends raise `ChannelClosed`;
-      buffered values are still delivered, then every get raises `ChannelClosed`.
+      buffered values are still delivered, then every get raises `ChannelClosed`. "Closed and
+      drained" is final: while a value handed to a getter task is in flight (that task has not
+      resumed yet, so a cancellation could still make it hand the value back), the channel is
+      not drained and getters wait; once a get has raised `ChannelClosed`, no value is left.
 
     A channel belongs to one event loop at a time (all its state changes run on that loop's
     thread, in plain functions with no await).
@@ -380,7 +395,8 @@ class Channel(Generic[T]):
         [0, 1, 2]
     """
 
-    __slots__ = ("__weakref__", "_buffer", "_closed", "_getters", "_senders", "_size")
+    __slots__ = ("__weakref__", "_buffer", "_closed", "_getters", "_in_flight", "_senders",
+                 "_size")
 
     def __init__(self, size: int = 0) -> None:
         if not isinstance(size, int) or isinstance(size, bool):
@@ -390,6 +406,9 @@ class Channel(Generic[T]):
         self._size = size
         self._buffer: deque[T] = deque()
         self._closed = False
+        # Values handed to parked tasks (plain getters or select Get cases) that have not
+        # resumed yet: a cancelled one hands its value back (see the module comment).
+        self._in_flight = 0
         self._senders: WaiterQueue[_Registration] = WaiterQueue()
         self._getters: WaiterQueue[_Registration] = WaiterQueue()
 
@@ -470,6 +489,19 @@ class Channel(Generic[T]):
         self._buffer.appendleft(value)
 
     @atomic
+    def _received(self) -> None:
+        """A task handed a value resumed with it (or handed it back): it is no longer in flight.
+
+        If that was the last value in flight of a closed, empty channel, the channel is now
+        drained: the getters that parked meanwhile are woken with ChannelClosed.
+        """
+        self._in_flight -= 1
+        if not self._in_flight and self._closed and not self._buffer:
+            getters = self._getters
+            while getters:
+                getters.popleft().claim_closed()
+
+    @atomic
     def _park(self, waiter: Waiter, queue: WaiterQueue[_Registration], value: object) -> (
         _Registration
     ):
@@ -484,6 +516,8 @@ class Channel(Generic[T]):
             reg.queue.discard(reg)
         elif received is not _CLOSED:
             self._put_back(received)  # type: ignore[arg-type]
+            if reg.waiter.resumes_on_loop:
+                self._received()
 
     @atomic
     def _leave_send(self, reg: _Registration, received: object) -> bool:
@@ -514,12 +548,13 @@ class Channel(Generic[T]):
 
         Raises:
             ChannelClosed: the channel is closed and drained.
-            WouldBlock: nothing is available now.
+            WouldBlock: nothing is available now (also on a closed channel while a value handed
+                to a getter task is in flight: it may yet be handed back).
         """
         value = self._take()
         if value is not _NOTHING:
             return value
-        if self._closed:
+        if self._closed and not self._in_flight:
             raise ChannelClosed("get on a closed and drained channel")
         raise WouldBlock("channel empty: no value is buffered and no sender is waiting")
 
@@ -554,15 +589,16 @@ class Channel(Generic[T]):
         """Get the next value, waiting for one.
 
         Cancellation: raising `asyncio.CancelledError` means no value was taken; a value handed
-        to this getter just before it was cancelled is passed on to the next getter.
+        to this getter just before it was cancelled is passed on to the next getter (one that
+        is waiting on a closed channel for that very value included).
 
         Raises:
-            ChannelClosed: the channel is closed and drained.
+            ChannelClosed: the channel is closed and drained (no value buffered or in flight).
         """
         value = self._take()
         if value is not _NOTHING:
             return value
-        if self._closed:
+        if self._closed and not self._in_flight:
             raise ChannelClosed("get on a closed and drained channel")
         future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         reg = self._park(TaskWaiter(future), self._getters, None)
@@ -574,6 +610,7 @@ class Channel(Generic[T]):
             raise
         if payload is _CLOSED:
             raise ChannelClosed("get on a closed and drained channel")
+        self._received()
         return payload  # type: ignore[return-value]
 
     @atomic
@@ -583,7 +620,10 @@ class Channel(Generic[T]):
         Every parked sender raises `ChannelClosed` (its value is not sent); buffered values stay
         and are delivered; every parked getter (the buffer is empty if any is parked) raises
         `ChannelClosed`; a parked select wakes with `Closed` for a case on this channel, unless
-        that case is ``ignore_on_closed``.
+        that case is ``ignore_on_closed``. Exception: while a value handed to a getter task is
+        in flight (the task has not resumed, and may yet be cancelled and hand it back), the
+        channel is not drained: getters keep waiting, and are woken with `ChannelClosed` once
+        the value is received (or get it, if it is handed back).
 
         Raises:
             ChannelClosed: the channel is already closed (a double close is a bug, as in Go).
@@ -591,7 +631,8 @@ class Channel(Generic[T]):
         if self._closed:
             raise ChannelClosed("close of a closed channel")
         self._closed = True
-        for queue in (self._getters, self._senders):
+        queues = (self._senders,) if self._in_flight else (self._getters, self._senders)
+        for queue in queues:
             while queue:
                 queue.popleft().claim_closed()
 
@@ -744,13 +785,16 @@ class Select:
                 value = channel._take()
                 if value is not _NOTHING:
                     return GetResult(channel, op, value)
-            elif not channel._closed and channel._offer(op._value):
-                return SendResult(channel, op)
-            if channel._closed:
-                if not op._ignore_on_closed:
-                    return Closed(channel, op)
+                # Closed but a value still in flight: not drained yet, wait for it.
+                ended = channel._closed and not channel._in_flight
             else:
+                ended = channel._closed
+                if not ended and channel._offer(op._value):
+                    return SendResult(channel, op)
+            if not ended:
                 open_case = True
+            elif not op._ignore_on_closed:
+                return Closed(channel, op)
         if not open_case:
             raise ChannelClosed(
                 "select: every operation is ignore_on_closed and its channel is closed; "
@@ -768,11 +812,15 @@ class Select:
         regs = []
         for op in self._operations:
             channel = op._channel
-            if channel._closed:  # only ignored cases remain on closed channels after _poll
-                continue
+            # After _poll, only ignored cases remain on closed channels (and Gets on closed
+            # channels with a value in flight, which must wait like plain getters).
             if isinstance(op, Get):
+                if channel._closed and not channel._in_flight:
+                    continue
                 reg = _Registration(waiter, channel, channel._getters, op, None)
             else:
+                if channel._closed:
+                    continue
                 reg = _Registration(waiter, channel, channel._senders, op, op._value)
             reg.queue.append(reg)
             regs.append(reg)
@@ -790,7 +838,10 @@ class Select:
                 reg.queue.discard(reg)
             return None
         if isinstance(received, GetResult):
-            received.channel._put_back(received.value)
+            channel = received.channel
+            channel._put_back(received.value)
+            if regs and regs[0].waiter.resumes_on_loop:
+                channel._received()
             return None
         if isinstance(received, SendResult):
             return received
@@ -839,6 +890,8 @@ class Select:
                 "select: every operation is ignore_on_closed and its channel is closed; "
                 "it can never complete"
             )
+        if type(payload) is GetResult:
+            payload.channel._received()
         return payload  # type: ignore[return-value]
 
 

@@ -414,7 +414,17 @@ class Merge(Generic[T]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.aclose()
+        try:
+            await self.aclose()
+        except BaseExceptionGroup:
+            if isinstance(exc, asyncio.CancelledError):
+                # The block was cancelled (in __anext__, say) and a source failed: the errors
+                # win, and the cancellation, which they replace, must still reach the caller's
+                # next await (as aclose() does for a cancellation that arrives while it waits).
+                _redeliver_cancel_if_pending()
+            raise
+        finally:
+            exc = None
 
 
 def merge(*sources: AsyncIterable[T]) -> Merge[T]:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import random
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import pytest
@@ -112,6 +113,7 @@ def test_state_changes_are_marked_atomic() -> None:
     """Every state-changing function of the channel module carries the atomic mark."""
     for fn in (Channel.send_nowait, Channel.get_nowait, Channel.close, Channel._take,
                Channel._offer, Channel._put_back, Channel._leave_get, Channel._leave_send,
+               Channel._park, Channel._received,
                Select._poll, Select._park, Select._leave, Select.add, Select.remove,
                _Registration.claim, _Registration.claim_sent, _Registration.claim_value,
                _Registration.claim_closed, _defer_cancellation):
@@ -222,6 +224,33 @@ def test_parked_senders_in_order_buffer_refilled_from_the_head() -> None:
         got = [await ch.get() for _ in range(5)]
         assert got == [1, 2, 3, 4, 5]
         await asyncio.gather(*senders)
+        assert_idle(ch)
+
+    run(main)
+
+
+def test_unbuffered_parked_senders_served_in_order() -> None:
+    """size=0: senders S1..Sk parked in order are taken in order, each by direct hand-off; a
+    newcomer's send_nowait cannot jump the line (no getter is parked); repr shows the line."""
+
+    async def main() -> None:
+        ch: Channel[int] = Channel()
+        senders = []
+        for i in range(5):
+            senders.append(asyncio.create_task(ch.send(i)))
+            await asyncio.sleep(0)
+        await wait_until(lambda: ch.statistics().waiting_senders == 5)
+        assert repr(ch) == "<Channel size=0 buffered=0 senders=5 getters=0 open>"
+        with pytest.raises(WouldBlock):
+            ch.send_nowait(99)
+        assert ch.get_nowait() == 0
+        assert [await ch.get() for _ in range(4)] == [1, 2, 3, 4]
+        await asyncio.gather(*senders)
+        getter = asyncio.create_task(ch.get())
+        await wait_until(lambda: ch.statistics().waiting_getters == 1)
+        assert repr(ch) == "<Channel size=0 buffered=0 senders=0 getters=1 open>"
+        ch.send_nowait(5)
+        assert await getter == 5
         assert_idle(ch)
 
     run(main)
@@ -650,6 +679,132 @@ def test_cancelled_select_leaves_no_registration() -> None:
     run(main)
 
 
+def test_close_while_a_value_is_in_flight_hands_it_to_a_waiting_getter() -> None:
+    """A value handed to getter g1 is in flight (g1 has not resumed) when the channel closes:
+    the channel is not drained yet, so the parked g2 keeps waiting instead of raising; g1 is
+    cancelled and hands the value back; g2 gets it. The send returned normally, so the value is
+    received, and "closed and drained" is reported only once nothing is left."""
+
+    async def main() -> None:
+        ch: Channel[str] = Channel()
+        g1 = asyncio.create_task(ch.get())
+        await asyncio.sleep(0)
+        g2 = asyncio.create_task(ch.get())
+        await wait_until(lambda: ch.statistics().waiting_getters == 2)
+        ch.send_nowait("v")  # handed to g1, which has not resumed
+        ch.close()
+        assert ch.statistics().waiting_getters == 1  # g2 still waits: "v" may come back
+        with pytest.raises(WouldBlock):
+            ch.get_nowait()  # neither a value nor "drained" yet
+        g1.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await g1
+        assert await g2 == "v"
+        assert len(ch) == 0
+        with pytest.raises(ChannelClosed):
+            await ch.get()
+        with pytest.raises(ChannelClosed):
+            ch.get_nowait()
+        assert_idle(ch)
+
+    run(main)
+
+
+async def _released_by(go: asyncio.Future[None], aw: Awaitable[T]) -> T:
+    """Await `aw` once `go` is resolved: resolving `go` queues this task's next step at once, so
+    it runs before any wake-up queued later (a getter's, in the tests below)."""
+    await go
+    return await aw
+
+
+def test_close_while_a_value_is_in_flight_then_received() -> None:
+    """Getters and selects that arrive at a closed channel while a value is in flight wait
+    (they cannot tell "drained" yet); when the value's getter resumes with it, they all wake
+    reporting the channel drained (ChannelClosed, Closed, or ChannelClosed for a select whose
+    cases are all ignored)."""
+
+    async def main() -> None:
+        ch: Channel[int] = Channel(1)
+        go: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        g1 = asyncio.create_task(ch.get())
+        op = Get(ch)
+        late = asyncio.create_task(_released_by(go, ch.get()))
+        sel = asyncio.create_task(_released_by(go, select(op)))
+        ignored = asyncio.create_task(_released_by(go, select(Get(ch, ignore_on_closed=True))))
+
+        async def parked_getters() -> int:
+            return ch.statistics().waiting_getters
+
+        probe = asyncio.create_task(_released_by(go, parked_getters()))  # runs after the 3
+        await wait_until(lambda: ch.statistics().waiting_getters == 1)
+        go.set_result(None)  # the late arrivals run before g1 resumes
+        ch.send_nowait(1)  # to g1, in flight
+        ch.close()
+        with pytest.raises(WouldBlock):
+            Select(Get(ch)).select_nowait()
+        assert await probe == 3  # all three parked (none saw "drained" while 1 was in flight)
+        assert await g1 == 1
+        with pytest.raises(ChannelClosed):
+            await late
+        assert await sel == Closed(ch, op)
+        with pytest.raises(ChannelClosed):
+            await ignored
+        assert_idle(ch)
+
+    run(main)
+
+
+def test_cancelled_select_in_flight_value_reaches_a_getter_after_close() -> None:
+    """The same for a select: a value handed to its Get case, which is then cancelled, is
+    passed to a getter that came after close() (it waited instead of seeing "drained")."""
+
+    async def main() -> None:
+        ch: Channel[int] = Channel()
+        go: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        sel = asyncio.create_task(select(Get(ch), Get(Channel())))
+        late = asyncio.create_task(_released_by(go, ch.get()))
+        await wait_until(lambda: ch.statistics().waiting_getters == 1)
+        go.set_result(None)
+        ch.send_nowait(7)  # to the select, in flight
+        ch.close()
+        sel.cancel()  # before it resumes: it hands 7 back
+        with pytest.raises(asyncio.CancelledError):
+            await sel
+        assert await late == 7
+        assert len(ch) == 0
+        assert_idle(ch)
+
+    run(main)
+
+
+def test_select_get_on_closed_channel_drains_the_buffer_first() -> None:
+    """A Get case on a closed channel receives its buffered values (in order) before it
+    reports Closed; an ignore_on_closed Get does too, and only then stops being chosen."""
+
+    async def main() -> None:
+        ch: Channel[int] = Channel(2)
+        ch.send_nowait(0)
+        ch.send_nowait(1)
+        ch.close()
+        op = Get(ch)
+        never: Channel[int] = Channel()
+        sel = Select(op, Get(never))
+        assert [await sel.select() for _ in range(2)] == [GetResult(ch, op, 0),
+                                                         GetResult(ch, op, 1)]
+        assert await sel.select() == Closed(ch, op)
+        ch2: Channel[int] = Channel(1)
+        ch2.send_nowait(5)
+        ch2.close()
+        ignored = Get(ch2, ignore_on_closed=True)
+        sel2 = Select(ignored, Get(never))
+        assert sel2.select_nowait() == GetResult(ch2, ignored, 5)
+        with pytest.raises(WouldBlock):
+            sel2.select_nowait()
+        assert_idle(ch, ch2, never)
+
+    run(main)
+
+
 def test_timeout_on_parked_get_leaves_nothing() -> None:
     """asyncio.timeout around a parked get raises TimeoutError and leaves the channel idle."""
 
@@ -665,8 +820,9 @@ def test_timeout_on_parked_get_leaves_nothing() -> None:
 
 def _cancellation_stress(seed: int, rounds: int) -> None:
     """Random senders, getters and selects over shared channels, randomly cancelled (also in
-    the hand-off window); every send that returned normally is received exactly once, no
-    cancelled send's value is received, and all queues end empty."""
+    the hand-off window) and, late in the run, closed; every send that returned normally is
+    received exactly once, no cancelled send's value is received, a channel some get reported
+    drained holds no value afterwards, and all queues end empty."""
     rng = random.Random(seed)
 
     async def main() -> None:
@@ -676,12 +832,18 @@ def _cancellation_stress(seed: int, rounds: int) -> None:
         counter = iter(range(10**9))
         tasks: list[asyncio.Task[None]] = []
 
+        drained: set[Channel[Any]] = set()
+
         async def sender(ch: Channel[int], v: int) -> None:
-            await ch.send(v)
-            completed[v] += 1
+            with contextlib.suppress(ChannelClosed):
+                await ch.send(v)
+                completed[v] += 1
 
         async def getter(ch: Channel[int]) -> None:
-            received[await ch.get()] += 1
+            try:
+                received[await ch.get()] += 1
+            except ChannelClosed:
+                drained.add(ch)
 
         async def selector(ops: list[Send[int] | Get[int]]) -> None:
             result = await select(*ops)
@@ -689,8 +851,10 @@ def _cancellation_stress(seed: int, rounds: int) -> None:
                 received[result.value] += 1  # type: ignore[index]
             elif isinstance(result, SendResult):
                 completed[result.operation.value] += 1  # type: ignore[index]
+            elif isinstance(result.operation, Get):
+                drained.add(result.channel)
 
-        for _ in range(rounds):
+        for round_ in range(rounds):
             kind = rng.random()
             ch = rng.choice(chans)
             if kind < 0.35:
@@ -706,6 +870,10 @@ def _cancellation_stress(seed: int, rounds: int) -> None:
             for _ in range(rng.randint(0, 2)):
                 victim = rng.choice(tasks)
                 victim.cancel()
+            if round_ > rounds * 3 // 4 and rng.random() < 0.002:
+                target = rng.choice(chans)
+                if not target.closed:
+                    target.close()
             if rng.random() < 0.3:
                 await asyncio.sleep(0)
         # Drain: cancel whatever is still parked, then collect what is buffered.
@@ -714,6 +882,8 @@ def _cancellation_stress(seed: int, rounds: int) -> None:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for ch in drained:
+            assert len(ch) == 0, "a value reappeared in a channel reported drained"
         for ch in chans:
             while len(ch):
                 received[ch.get_nowait()] += 1
@@ -741,7 +911,8 @@ def test_cancellation_stress_multiset_long() -> None:
 class ChannelMachine(RuleBasedStateMachine):
     """Parked senders/getters/selects and nowait calls, randomly cancelled and stepped; after
     every step: a live parked getter implies an empty buffer; a live parked sender implies a
-    full buffer; at the end every completed send was received exactly once."""
+    full buffer; once any get reported the channel closed and drained, it stays empty (no value
+    reappears); at the end every completed send was received exactly once."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -753,6 +924,7 @@ class ChannelMachine(RuleBasedStateMachine):
         self.completed: collections.Counter[int] = collections.Counter()
         self.received: collections.Counter[int] = collections.Counter()
         self.tasks: list[asyncio.Task[None]] = []
+        self.drained_seen = False
 
     @rule(size=st.integers(0, 3))
     @precondition(lambda self: not self.tasks and self.next_value == 0)
@@ -777,7 +949,10 @@ class ChannelMachine(RuleBasedStateMachine):
     @rule()
     def park_getter(self) -> None:
         async def getter() -> None:
-            self.received[await self.ch.get()] += 1
+            try:
+                self.received[await self.ch.get()] += 1
+            except ChannelClosed:
+                self.drained_seen = True
 
         self.tasks.append(self.loop.create_task(getter()))
 
@@ -792,6 +967,8 @@ class ChannelMachine(RuleBasedStateMachine):
                 self.completed[v] += 1
             elif isinstance(result, GetResult) and result.channel is self.ch:
                 self.received[result.value] += 1  # type: ignore[index]
+            elif isinstance(result, Closed) and isinstance(result.operation, Get):
+                self.drained_seen = True
 
         self.tasks.append(self.loop.create_task(selector()))
 
@@ -808,8 +985,10 @@ class ChannelMachine(RuleBasedStateMachine):
     def get_nowait(self) -> None:
         try:
             self.received[self.ch.get_nowait()] += 1
-        except (WouldBlock, ChannelClosed):
+        except WouldBlock:
             pass
+        except ChannelClosed:
+            self.drained_seen = True
 
     @rule(index=st.integers(0, 50))
     @precondition(lambda self: self.tasks)
@@ -838,7 +1017,12 @@ class ChannelMachine(RuleBasedStateMachine):
         if live_senders:
             assert len(ch) >= ch.size
         if ch.closed:
-            assert not live_getters and not live_senders
+            assert not live_senders
+            # Getters wait on a closed channel only while a value is in flight to a task that
+            # may still hand it back.
+            assert not live_getters or ch._in_flight
+        if self.drained_seen:
+            assert len(ch) == 0 and ch._in_flight == 0, "a value reappeared after 'drained'"
 
     def teardown(self) -> None:
         try:
@@ -856,6 +1040,7 @@ class ChannelMachine(RuleBasedStateMachine):
                     break
             assert self.received == self.completed
             assert_idle(self.ch, self.other)
+            assert self.ch._in_flight == 0 and self.other._in_flight == 0
         finally:
             self.loop.close()
 

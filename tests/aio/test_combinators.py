@@ -412,6 +412,47 @@ def test_merge_consumer_cancelled_cleans_up() -> None:
     assert sorted(log) == ["closed a", "closed b"]
 
 
+def test_merge_cancelled_consumer_and_failing_source_redelivers_the_cancellation() -> None:
+    """The consumer is cancelled while it waits for an item, and a source fails while being
+    closed: the block raises the source's error (errors win) and the cancellation still
+    reaches the consumer at its next await, with cancelling() at the one request."""
+    log: list[str] = []
+
+    async def fails_when_cancelled() -> AsyncIterator[int]:
+        try:
+            await asyncio.sleep(10)
+            yield 1
+        except asyncio.CancelledError:
+            raise Boom("cleanup") from None
+
+    async def consumer(waiting: asyncio.Event) -> None:
+        try:
+            async with merge(fails_when_cancelled()) as items:
+                waiting.set()
+                async for _ in items:
+                    pass
+        except* Boom:
+            log.append(f"group, cancelling={asyncio.current_task().cancelling()}")  # type: ignore[union-attr]
+        try:
+            await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            log.append("cancellation re-delivered")
+            raise
+        log.append("cancellation lost")
+
+    async def main() -> None:
+        waiting = asyncio.Event()
+        t = asyncio.create_task(consumer(waiting))
+        await waiting.wait()
+        await asyncio.sleep(0)
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+
+    asyncio.run(main())
+    assert log == ["group, cancelling=1", "cancellation re-delivered"]
+
+
 def test_merge_without_context_manager_and_aclose() -> None:
     """Used as a plain async iterator it runs to exhaustion; aclose() after an early stop
     closes the sources; iterating after aclose() ends at once."""
@@ -444,3 +485,115 @@ def test_merge_generator_yield_inside_group_is_not_our_shape() -> None:
         await it.aclose()
 
     asyncio.run(main())
+
+
+# -- merge: the three tree properties, as properties ------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceSpec:
+    items: int
+    delay: int  # loop iterations before each item
+    fail_at: int | None  # raise Boom instead of yielding this item
+    cleanup_steps: int  # loop iterations of async cleanup in the source's finally
+
+
+@dataclasses.dataclass
+class MergeLog:
+    started: set[int] = dataclasses.field(default_factory=set)
+    cleaned: set[int] = dataclasses.field(default_factory=set)
+    raised: set[int] = dataclasses.field(default_factory=set)
+
+
+async def spec_source(k: int, spec: SourceSpec, log: MergeLog) -> AsyncIterator[tuple[int, int]]:
+    """Yields (k, i); on cancellation or close (GeneratorExit at a ``yield``), runs
+    `cleanup_steps` iterations of async cleanup. `log.cleaned` records that it ended: by itself,
+    by its failure, or after its whole cancellation cleanup."""
+    log.started.add(k)
+    try:
+        for i in range(spec.items):
+            for _ in range(spec.delay):
+                await asyncio.sleep(0)
+            if i == spec.fail_at:
+                log.raised.add(k)
+                log.cleaned.add(k)
+                raise Boom(k)
+            yield k, i
+    except (asyncio.CancelledError, GeneratorExit):
+        for _ in range(spec.cleanup_steps):
+            await asyncio.sleep(0)
+        log.cleaned.add(k)
+        raise
+    log.cleaned.add(k)
+
+
+source_specs = st.lists(
+    st.builds(SourceSpec, items=st.integers(0, 6), delay=st.integers(0, 2),
+              fail_at=st.one_of(st.none(), st.integers(0, 6)), cleanup_steps=st.integers(0, 2)),
+    min_size=1, max_size=4,
+)
+
+
+@SETTINGS
+@given(plan=source_specs, take=st.one_of(st.none(), st.integers(0, 12)),
+       cancel_after=st.one_of(st.none(), st.integers(0, 12)))
+def test_merge_tree_properties(plan: list[SourceSpec], take: int | None,
+                               cancel_after: int | None) -> None:
+    """merge's three properties over generated sources (items, delays, a failure, async
+    cleanup), a consumer that may stop early, and a consumer that may be cancelled:
+
+    - ordering: once the block is left, no pulling task is alive and every source that started
+      finished its (async) cleanup;
+    - cancellation: a cancelled consumer sees CancelledError with cancelling() == 1 (or the
+      sources' errors, with the cancellation re-delivered at its next await);
+    - errors: every error a source raised reaches the consumer, in one exception group, and
+      nothing else does; each source's own order is kept and no item is delivered twice.
+    """
+    log = MergeLog()
+    outcome = Outcome()
+    got: list[tuple[int, int]] = []
+
+    async def consumer() -> None:
+        before = asyncio.all_tasks()
+        try:
+            async with merge(*(spec_source(k, s, log) for k, s in enumerate(plan))) as items:
+                async for item in items:
+                    if take is not None and len(got) == take:
+                        break
+                    got.append(item)
+        except BaseException as exc:  # recorded for the assertions
+            outcome.error = exc
+            outcome.cancelling_at_catch = asyncio.current_task().cancelling()  # type: ignore[union-attr]
+        outcome.leftover_children = len(asyncio.all_tasks() - before)
+        if isinstance(outcome.error, BaseExceptionGroup) and outcome.cancelling_at_catch:
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                outcome.redelivered = True
+
+    async def main() -> None:
+        task = asyncio.create_task(consumer())
+        if cancel_after is not None:
+            for _ in range(cancel_after):
+                await asyncio.sleep(0)
+            if not task.done():
+                task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):  # cancelled before its first step
+            await task
+
+    asyncio.run(main())
+    assert outcome.leftover_children == 0, "a pulling task outlived the block"
+    assert log.started <= log.cleaned, "left the block before a source finished its cleanup"
+    error = outcome.error
+    if log.raised:
+        assert isinstance(error, ExceptionGroup), error
+        assert sorted(e.args[0] for e in error.exceptions) == sorted(log.raised)
+        assert outcome.redelivered == (outcome.cancelling_at_catch == 1)
+    elif isinstance(error, asyncio.CancelledError):
+        assert cancel_after is not None and outcome.cancelling_at_catch == 1
+    else:
+        assert error is None, error
+    assert len(set(got)) == len(got)
+    for k in range(len(plan)):
+        mine = [i for src, i in got if src == k]
+        assert mine == list(range(len(mine)))

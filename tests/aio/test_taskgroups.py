@@ -539,6 +539,55 @@ def test_ptg_async_with_waits_for_tasks_spawned_during_exit() -> None:
     run(main())
 
 
+def test_ptg_async_with_body_error_or_cancel_cancels_tasks_and_waits() -> None:
+    """If the body of ``async with PersistentTaskGroup()`` raises, or the caller is cancelled
+    while the exit waits, the tasks are cancelled, their async cleanup completes before the
+    block is left, and the body's error (or the cancellation) propagates unchanged, with the
+    caller's cancelling() balanced."""
+    cleaned: list[str] = []
+
+    async def worker(tag: str) -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.01)
+            cleaned.append(tag)
+            raise
+
+    async def body_raises() -> int:
+        with pytest.raises(Boom):
+            async with PersistentTaskGroup() as group:
+                group.create_task(worker("a"))
+                group.create_task(worker("b"))
+                await asyncio.sleep(0)
+                raise Boom
+        assert sorted(cleaned) == ["a", "b"]
+        assert group.statistics().cancelled == 2 and group.closed
+        return asyncio.current_task().cancelling()  # type: ignore[union-attr]
+
+    assert run(body_raises()) == 0
+    cleaned.clear()
+
+    async def cancelled_while_exiting() -> None:
+        entered = asyncio.Event()
+
+        async def owner() -> None:
+            async with PersistentTaskGroup() as group:
+                group.create_task(worker("c"))
+                entered.set()
+            cleaned.append("not reached")
+
+        t = asyncio.create_task(owner())
+        await entered.wait()
+        await asyncio.sleep(0)  # the owner now waits in the exit
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+        assert cleaned == ["c"]
+
+    run(cancelled_while_exiting())
+
+
 def test_ptg_memory_flat_over_many_tasks() -> None:
     """No unbounded growth: after 5,000 tasks (half failing) the group holds no task and no
     exception (aiotools #54)."""
