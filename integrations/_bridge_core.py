@@ -7,6 +7,7 @@ import collections
 import contextvars
 import inspect
 import itertools
+import selectors
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
@@ -26,6 +27,10 @@ T = TypeVar("T")
 # coroutine's first step without a Task (current_task() would be None there; research addendum).
 _EAGER_START = sys.version_info >= (3, 12)
 _names = itertools.count(1)
+# The selector hook's handshake with posting threads (see PortalCore._post) relies on the GIL
+# making plain attribute reads and writes sequentially consistent; a free-threaded build
+# (3.13t+) without the GIL keeps call_soon_threadsafe for every post.
+_GIL: bool = getattr(sys, "_is_gil_enabled", lambda: True)()
 
 
 def shutdown_error() -> ShutdownError:
@@ -59,13 +64,16 @@ class PortalCore:
         "_dead",
         "_drained",
         "_futures",
+        "_hooked",
         "_inbox",
         "_inbox_scheduled",
+        "_kicked",
         "_loop",
         "_loop_ident",
         "_name",
         "_own",
         "_pending",
+        "_sleeping",
         "_started",
         "_startup_error",
         "_state",
@@ -102,6 +110,15 @@ class PortalCore:
         self._inbox: collections.deque[tuple[Callable[..., object], tuple[object, ...]]] = (
             collections.deque())
         self._inbox_scheduled = False
+        # The loop-side hook (own loops on the default selector loop, see _PortalSelector):
+        # `_sleeping` is True while the loop thread is in, or about to enter, a select() that
+        # may block; `_kicked` once a thread has written to the self-pipe for that select.
+        # While the loop runs callbacks a post is only a deque append: the loop drains the
+        # inbox after its next select() (every loop iteration calls it), so a busy loop is
+        # never woken through its self-pipe (no write, no read, no epoll wake-up).
+        self._hooked = False
+        self._sleeping = False
+        self._kicked = False
         self._started = threading.Event()
         self._startup_error: BaseException | None = None
         self._drained = threading.Event()
@@ -132,7 +149,7 @@ class PortalCore:
 
     def _run(self) -> None:
         try:
-            loop = asyncio.new_event_loop()
+            loop = self._new_loop()
         except BaseException as exc:
             self._startup_error = exc
             self._started.set()
@@ -144,6 +161,19 @@ class PortalCore:
             loop.run_forever()
         finally:
             self._finish(loop)
+
+    def _new_loop(self) -> asyncio.AbstractEventLoop:
+        """The portal's own loop: the one `asyncio.new_event_loop` makes, on our hooked
+        selector (`_PortalSelector`) when that is the stock selector loop. Any other loop
+        (uvloop, the Windows proactor, a policy's own class) is used as it is, without the
+        hook: threads then wake it through call_soon_threadsafe, as for an attached loop."""
+        loop = asyncio.new_event_loop()
+        if type(loop) is not asyncio.SelectorEventLoop or not _GIL:
+            return loop
+        loop.close()  # the same class again, on our selector (a socketpair, once per portal)
+        loop = asyncio.SelectorEventLoop(_PortalSelector(self))
+        self._hooked = True
+        return loop
 
     def _finish(self, loop: asyncio.AbstractEventLoop) -> None:
         """The loop thread's last act: fail late arrivals, finish leftover tasks, close."""
@@ -186,6 +216,7 @@ class PortalCore:
         self._tasks = set()
         self._inbox = collections.deque()
         self._inbox_scheduled = False
+        self._hooked = self._sleeping = self._kicked = False
         self._drained = threading.Event()
         self._drained.set()
 
@@ -252,6 +283,14 @@ class PortalCore:
         self, loop: asyncio.AbstractEventLoop, fn: Callable[..., object], args: tuple[object, ...]
     ) -> None:
         self._inbox.append((fn, args))
+        if self._hooked:
+            # The loop drains after its next select(); wake it only if that select may block
+            # (Dekker-style with _PortalSelector.select: we append then read _sleeping, it sets
+            # _sleeping then reads the inbox; under the GIL one of us sees the other's write).
+            if self._sleeping and not self._kicked:
+                self._kicked = True
+                loop.call_soon_threadsafe(_nothing)
+            return
         if not self._inbox_scheduled:
             # Set before the drain can run: a post racing the drain either sees False (and
             # schedules another drain) or lands before the drain's final emptiness check.
@@ -439,6 +478,44 @@ class PortalCore:
 
     def _request_cancel(self, future: PortalFuture[Any]) -> None:
         self._soon(_cancel_task_of, future)
+
+
+def _nothing() -> None:
+    pass
+
+
+class _PortalSelector(selectors.DefaultSelector):
+    """The default selector, plus the portal's inbox hook around every select() call.
+
+    Before a select that may block it publishes that the loop sleeps (threads then wake it
+    through the self-pipe) and re-checks the inbox; after any select it schedules the inbox
+    drain with a plain call_soon (the loop thread's own ready queue: it runs in this very
+    iteration, before the loop can select again).
+    """
+
+    def __init__(self, core: PortalCore) -> None:
+        super().__init__()
+        self._core = core
+
+    def select(
+        self, timeout: float | None = None
+    ) -> list[tuple[selectors.SelectorKey, int]]:
+        core = self._core
+        if timeout is None or timeout > 0:
+            core._sleeping = True
+            if core._inbox:
+                timeout = 0  # a post raced our decision to sleep: do not sleep
+        try:
+            return super().select(timeout)
+        finally:
+            core._sleeping = False
+            core._kicked = False
+            if core._inbox and not core._inbox_scheduled:
+                core._inbox_scheduled = True
+                loop = core._loop
+                assert loop is not None
+                loop.call_soon(core._drain_inbox)
+
 
 def _run_abort(waiter: ThreadWaiter) -> None:
     abort = waiter.abort

@@ -127,6 +127,104 @@ def test_callee_has_a_current_task(portal: Portal) -> None:
     assert portal.call(body)
 
 
+def test_posts_to_a_busy_loop_do_not_write_to_its_self_pipe(portal: Portal) -> None:
+    """While the loop runs callbacks, thread posts are drained without waking it.
+
+    A task keeps the loop busy (every iteration has a ready callback, so the loop never
+    sleeps in select); calls, acquires and releases from a thread meanwhile complete without
+    a single call_soon_threadsafe (a self-pipe write and, on the loop, a read), observed by
+    wrapping the loop's own method on the instance.
+    """
+    loop = portal.loop
+    running = threading.Event()
+    stop = threading.Event()
+
+    async def busy() -> None:
+        running.set()
+        # A busy loop on purpose (ready callbacks every iteration), not a wait for `stop`.
+        while not stop.is_set():  # noqa: ASYNC110
+            await asyncio.sleep(0)
+
+    async def double(x: int) -> int:
+        return 2 * x
+
+    future = portal.start_task_soon(busy)
+    assert running.wait(10)
+    original = loop.call_soon_threadsafe
+    writes: list[object] = []
+
+    def counting(*args: object, **kwargs: object) -> object:
+        writes.append(args[0])
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+    try:
+        view = portal.semaphore(Semaphore(1))
+        for i in range(200):
+            assert portal.call(double, i) == 2 * i
+            with view:
+                pass
+    finally:
+        stop.set()
+        future.result(10)
+        del loop.call_soon_threadsafe
+    assert writes == []
+
+
+def test_posts_racing_the_loop_going_to_sleep_are_never_missed(portal: Portal) -> None:
+    """The handshake between a posting thread and a loop about to block in select.
+
+    Threads post calls, acquires and sends while the loop alternates between short sleeps
+    (select with a timeout, while a ticker task runs), bursts of work and idling (select with
+    no timeout, once the ticker is done: then a missed wake-up is not rescued by a timer).
+    Every wait has a deadline, so a missed wake-up fails the test instead of hanging it.
+    """
+    sem = Semaphore(1)
+    ch: Channel[int] = Channel(4)
+
+    async def ticker() -> None:
+        for _ in range(300):
+            await asyncio.sleep(random.choice((0, 0, 0.0001, 0.0005)))
+
+    async def consume() -> int:
+        total = 0
+        async for value in ch:
+            total += value
+        return total
+
+    async def noop(x: int) -> int:
+        return x
+
+    ticking = portal.start_task_soon(ticker)
+    consumer = portal.start_task_soon(consume)
+    view = portal.semaphore(sem)
+    channel = portal.channel(ch)
+    errors: list[BaseException] = []
+
+    def worker(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            for i in range(300):
+                if rng.random() < 0.3:
+                    # Give the loop time to go idle, so some posts find it asleep.
+                    time.sleep(rng.choice((0, 0.0002, 0.001)))  # jitter, not a wait for anything
+                future = portal.start_task_soon(noop, i)
+                assert future.result(10) == i
+                assert view.acquire(timeout=10)
+                view.release()
+                channel.send(1, timeout=10)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [start_thread(worker, seed) for seed in range(4)]
+    for t in threads:
+        t.join(50)
+    ticking.result(10)
+    channel.close()
+    assert errors == []
+    assert consumer.result(10) == 4 * 300
+
+
 def test_calls_from_the_loop_thread_fail_instead_of_deadlocking(portal: Portal) -> None:
     """A blocking portal method called on the loop thread raises RuntimeError at once."""
     sem = Semaphore(1)
