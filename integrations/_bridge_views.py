@@ -244,9 +244,11 @@ class BlockingChannel(Generic[T]):
         value = channel._take()
         if value is not _NOTHING:
             waiter.try_wake(value)
-        elif channel._closed:
+        elif channel._closed and not channel._in_flight:
             waiter.try_fail(ChannelClosed("get on a closed and drained channel"))
         else:
+            # Open, or closed with a value in flight to a task that may yet hand it back: park
+            # (the channel wakes its getters with ChannelClosed once nothing is in flight).
             reg = channel._park(waiter, channel._getters, None)
             waiter.abort = partial(channel._leave_get, reg, _NOTHING)
 

@@ -1136,3 +1136,48 @@ def test_run_sync_reraises_and_rejects_non_callables() -> None:
             await run_sync(3)  # type: ignore[arg-type]
 
     asyncio.run(main())
+
+
+def test_thread_getter_arriving_while_a_value_is_in_flight_after_close_waits_for_it(
+    portal: Portal,
+) -> None:
+    """A value handed to task g1 is in flight (g1 has not resumed) when the channel closes and a
+    thread's get arrives: the channel is not drained yet, so the thread parks instead of
+    raising ChannelClosed; g1 is cancelled before it resumes and hands the value back, and the
+    thread receives it. The send returned normally, so the value must be received.
+
+    The loop is held while the thread calls are posted, so that send, close, g1's cancellation
+    and the thread's get run in one drain of the portal's inbox, in that order, before g1 can
+    resume."""
+    ch: Channel[str] = Channel()
+    view = portal.channel(ch)
+    g1 = portal.start_task_soon(ch.get)
+    wait_until(lambda: ch.statistics().waiting_getters == 1)
+    gate = threading.Event()
+
+    async def hold_loop() -> None:
+        gate.wait(10)
+
+    blocker = portal.start_task_soon(hold_loop)
+    wait_until(lambda: not portal._inbox)  # the blocker runs: the loop is held
+
+    def posted(n: int) -> None:
+        wait_until(lambda: len(portal._inbox) == n)
+
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        sent = pool.submit(view.send_nowait, "v")
+        posted(1)
+        closed = pool.submit(view.close)
+        posted(2)
+        assert g1.cancel()
+        posted(3)
+        got = pool.submit(view.get, 10)
+        posted(4)
+        gate.set()
+        blocker.result(10)
+        sent.result(10)
+        closed.result(10)
+        assert got.result(10) == "v"
+    assert g1.cancelled() or isinstance(g1.exception(10), asyncio.CancelledError)
+    with pytest.raises(ChannelClosed):
+        view.get(10)
