@@ -3,8 +3,9 @@
 N periodic jobs (interval 1 s, a trivial body that records the time) run for a measuring
 window, after a warm-up, with each contender in turn (round-robin, several rounds):
 
-- ``executors``: one `BackgroundService` (4 workers); first runs spread over the interval
-  with ``delay=i/N`` (the grid keeps that phase).
+- ``executors``: one `BackgroundService` (4 workers, default 1 ms timer slack, so its
+  lateness includes up to 1 ms by design); first runs spread over the interval with
+  ``delay=i/N`` (the grid keeps that phase).
 - ``PeriodicExecutor per job``: our own executor, one thread per job (what PyMongo does for
   each of its periodic duties).
 - ``APScheduler``: APScheduler 3's ``BackgroundScheduler`` with its default thread pool of
@@ -14,15 +15,21 @@ window, after a warm-up, with each contender in turn (round-robin, several round
   thread per pending timer, a new thread per run).
 
 Measured in the window: threads used (peak ``threading.active_count()`` minus the baseline),
-process CPU time as a percentage of one core, runs done as a percentage of runs due, and the
-lateness of each run in milliseconds (p50, p99): for the grid schedulers (ours, APScheduler)
-the start time minus its grid time (the grid's origin is the job's earliest implied origin, so
-a late first run counts against no later run); for the start-to-start ones (PeriodicExecutor,
-Timer) the gap to the previous run minus the interval.
+process CPU time (user + system, all threads: the contender's threads, their kernel wake-ups,
+and the same 20 Hz sampling loop of the main thread for everyone) as a percentage of one core,
+read only over the window, so set-up, first runs and warm-up count for nobody; runs done as
+a percentage of runs due, and the lateness of each run in milliseconds (p50, p99): for the
+grid schedulers (ours, APScheduler) the start time minus its grid time (the grid's origin is
+the job's earliest implied origin, so a late first run counts against no later run); for the
+start-to-start ones (PeriodicExecutor, Timer) the gap to the previous run minus the interval.
 
 N = 2,000 for a 10 s window for all four, and 10,000 for the pooled schedulers (ours and
 APScheduler): on the 2-core VM this runs on, starting 10,000 threads stalls near 6,000-7,000,
-and 5,000 threads running their first runs at once convoy on the GIL for minutes.
+and 5,000 threads running their first runs at once convoy on the GIL for minutes. (Re-checked
+with 24 GiB of RAM and no thread limit in sight: 10,000 ``PeriodicExecutor``s stalled at 8,600
+threads after 3 minutes, the main thread's ``Thread.start()`` waiting for a new thread to take
+the GIL from hundreds of runnable ones, load average 435, 70% of the CPU in the kernel. The
+Timer loop, which starts a thread per run, was not tried at 10,000.)
 Quick mode: 500 jobs, 2 s. Thread-per-job contenders get a 256 KiB thread stack.
 
 Run: ``python -m benchmarks.service [--quick]`` or ``executors bench service``.

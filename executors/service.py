@@ -40,6 +40,9 @@ Overrun = Literal["skip", "catch_up"]
 ForkPolicy = Literal["lazy", "eager", "stop"]
 
 _INF = float("inf")
+# BackgroundService(slack=None) on the real clock: 1 ms, far inside the lateness anyone tunes a
+# periodic job for, and enough to serve ~3 runs per wake-up at 2,000 runs/s, ~13 at 10,000/s.
+_DEFAULT_SLACK = 0.001
 _names = itertools.count(1)
 _NO_PUBLIC_CONSTRUCTOR = object()
 
@@ -502,6 +505,14 @@ class BackgroundService:
             runs on the scheduler thread from then on, saving a thread hand-off per run (the
             cost of most of the CPU of a busy scheduler); if a run there takes longer, the job
             goes back to the pool for good. 0 keeps every job on the pool.
+        slack: timer slack, in seconds: when another run falls due within `slack` after the
+            earliest one, the scheduler sleeps until ``earliest + slack`` and starts every run
+            due by then in one wake-up, so a run may start up to `slack` late (counted in its
+            lateness). A wake-up of the scheduler thread costs far more CPU than a light run
+            (two thread switches and a GIL hand-off), so with many jobs this divides the
+            scheduler's CPU by the runs each wake-up serves. None (default): 1 ms on the real
+            clock, 0 on an injected clock (tests keep exact due times); 0 wakes for every
+            due time.
         clock: where time comes from (default: the real monotonic clock).
         fork_policy: ``"lazy"`` (default), ``"eager"`` or ``"stop"``.
 
@@ -527,6 +538,7 @@ class BackgroundService:
         executor: concurrent.futures.Executor | None = None,
         shutdown_timeout: float | None = 10.0,
         inline_below: float = 0.001,
+        slack: float | None = None,
         clock: Clock | None = None,
         fork_policy: ForkPolicy = "lazy",
     ) -> None:
@@ -551,6 +563,14 @@ class BackgroundService:
         self._clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         # A test clock does not move while runs execute: see "Clock" above.
         self._lockstep = not isinstance(self._clock, SystemClock)
+        if slack is None:
+            self._slack = 0.0 if self._lockstep else _DEFAULT_SLACK
+        else:
+            self._slack = check_interval(slack, "slack")
+        # The clock read of the hot path: for the real clock, the captured time.monotonic
+        # itself (one C call instead of a method calling a static method, per read).
+        self._monotonic: Callable[[], float] = (
+            SystemClock._monotonic if type(self._clock) is SystemClock else self._clock.monotonic)
         self._fork_policy: ForkPolicy = fork_policy
         self._random = random.Random()
         self._jobs: dict[str, Job] = {}
@@ -998,11 +1018,16 @@ class BackgroundService:
         heapq.heappush(self._heap, (due, next(self._seq), job._token, job))
 
     def _run_scheduler(self) -> None:
-        clock = self._clock
+        monotonic = self._monotonic
+        wait = self._clock.wait
         messages = self._messages
         heap = self._heap
         lock = self._lock
         lockstep = self._lockstep
+        slack = self._slack
+        heappop = heapq.heappop
+        run_job = self._run_job
+        put_work = self._put_work
         me = threading.current_thread()
         message: object = None
         while True:
@@ -1017,7 +1042,7 @@ class BackgroundService:
                 message = None
             if self._closing or self._scheduler is not me:
                 return
-            now = clock.monotonic()
+            now = monotonic()
             due_jobs: list[Job] = []
             inline_jobs: list[Job] = []
             with lock:
@@ -1025,20 +1050,34 @@ class BackgroundService:
                     due, _, token, job = heap[0]
                     if token == job._token and due > now:
                         break
-                    heapq.heappop(heap)
+                    heappop(heap)
                     if token != job._token:
                         # Stale (rescheduled, paused or cancelled since): dropped here, so
                         # the scheduler never wakes for a deadline that no longer exists.
                         continue
                     job._running = True
                     (inline_jobs if job._inline else due_jobs).append(job)
-                self._in_flight += len(due_jobs)
-                deadline = heap[0][0] if heap else _INF
+                if due_jobs:
+                    self._in_flight += len(due_jobs)
+                if heap:
+                    deadline = heap[0][0]  # valid: the loop above drops stale heads
+                    if slack:
+                        # Timer slack: if another run falls due soon after this one, sleep
+                        # until deadline + slack and serve all of them in one wake-up. The
+                        # second-earliest entry is one of the head's two children.
+                        size = len(heap)
+                        second = heap[1][0] if size > 1 else _INF
+                        if size > 2 and heap[2][0] < second:
+                            second = heap[2][0]
+                        if deadline < second <= deadline + slack:
+                            deadline += slack
+                else:
+                    deadline = _INF
                 self._sleep_until = deadline
             for job in due_jobs:
-                self._put_work(job)
+                put_work(job)
             for job in inline_jobs:
-                self._run_job(job, inline=True)
+                run_job(job, inline=True)
             if due_jobs or inline_jobs:
                 continue
             if lockstep and self._in_flight:
@@ -1047,7 +1086,7 @@ class BackgroundService:
                 message = messages.get()
                 continue
             try:
-                message = clock.wait(messages, deadline - now)
+                message = wait(messages, deadline - now)
             except queue.Empty:
                 message = None
 
@@ -1122,7 +1161,7 @@ class BackgroundService:
 
     def _run_job(self, job: Job, *, inline: bool = False) -> None:
         """Run a due job once and schedule its next run; on a pool thread, or `inline`."""
-        clock = self._clock
+        monotonic = self._monotonic
         if self._closing or job._cancelled or job._paused:
             with self._lock:
                 job._running = False
@@ -1133,7 +1172,7 @@ class BackgroundService:
                 self._messages.put(_NUDGE)
             return
         job._wake_requested = False  # a wake from now on asks for another run
-        start = clock.monotonic()
+        start = monotonic()
         due = job._nominal if job._nominal is not None else start
         lateness = max(0.0, start - (job._due if job._due is not None else due))
         job._last_start = start
@@ -1141,7 +1180,7 @@ class BackgroundService:
         if lateness > job._max_lateness:
             job._max_lateness = lateness
         exc = job._call()
-        end = clock.monotonic()
+        end = monotonic()
         job._runs += 1
         duration = end - start
         job._last_duration = duration

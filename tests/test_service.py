@@ -322,6 +322,63 @@ def test_light_jobs_run_on_the_scheduler_thread(services: list[BackgroundService
     assert not job.statistics().inline
 
 
+def test_slack_serves_runs_due_close_together_in_one_wake_up(
+        services: list[BackgroundService]) -> None:
+    """With slack, runs due within `slack` of the earliest start together at earliest + slack.
+
+    A lone due time, or several equal ones, is slept until exactly: slack only delays a run
+    when that saves the scheduler a wake-up.
+    """
+    svc, clock = virtual(services, slack=0.001)
+    recs = {name: Recorder(clock) for name in "abcde"}
+    svc.every(10, recs["a"], name="a", delay=1)
+    svc.every(10, recs["b"], name="b", delay=1.0004)
+    svc.every(10, recs["c"], name="c", delay=1.0008)
+    svc.every(10, recs["d"], name="d", delay=1.5)
+    svc.every(10, recs["e"], name="e", delay=1.5)
+    svc.start()
+    sleeps_until(svc, clock, 1.001)  # a, b and c in one wake-up
+    clock.advance(1.001)
+    assert [recs[n].times for n in "abc"] == [[pytest.approx(1.001)]] * 3
+    lateness = [j.statistics().lateness for j in svc.jobs[:3]]
+    assert lateness == [pytest.approx(0.001), pytest.approx(0.0006), pytest.approx(0.0002)]
+    sleeps_until(svc, clock, 1.5)  # d and e are due together: no slack added
+    clock.advance(0.499)
+    assert recs["d"].times == recs["e"].times == [pytest.approx(1.5)]
+    # The grid stays where it was: the next runs are due at delay + interval, not later.
+    sleeps_until(svc, clock, 11.001)
+    clock.advance(10)
+    assert [recs[n].times[-1] for n in "abcde"] == [pytest.approx(11.001)] * 3 + [
+        pytest.approx(11.5)] * 2
+
+
+def test_no_slack_by_default_on_a_test_clock(services: list[BackgroundService]) -> None:
+    """Without `slack`, an injected clock keeps exact due times even 0.1 ms apart."""
+    svc, clock = virtual(services)
+    recs = [Recorder(clock) for _ in range(3)]
+    for i, rec in enumerate(recs):
+        svc.every(1, rec, delay=i * 0.0001)
+    svc.start()
+    clock.wait_for_sleepers(1)
+    clock.advance(1.5)
+    assert [rec.times for rec in recs] == [[0.0, 1.0], [0.0001, 1.0001], [0.0002, 1.0002]]
+
+
+def test_default_slack_on_the_real_clock_shares_a_wake_up(
+        services: list[BackgroundService]) -> None:
+    """On the real clock a run due 0.3 ms before another waits for it: 1 ms of slack."""
+    svc = BackgroundService("slack")
+    services.append(svc)
+    # 0.3 s ahead, so that the scheduler is asleep on this deadline well before it.
+    first = svc.every(60, lambda: None, name="first", delay=0.3)
+    second = svc.every(60, lambda: None, name="second", delay=0.3003)
+    svc.start()
+    wait_until(lambda: first.statistics().runs and second.statistics().runs, 10)
+    # The scheduler slept until first's due time + 1 ms (a timed wait never ends early).
+    lateness = first.statistics().lateness
+    assert lateness is not None and lateness >= 0.001 - 1e-4
+
+
 @pytest.mark.slow
 def test_stress_ten_thousand_jobs_virtual_clock() -> None:
     """10,000 jobs for 10 virtual seconds: every run happens on time, on few threads."""
@@ -632,6 +689,10 @@ def test_bad_service_arguments_and_misuse() -> None:
         BackgroundService(executor=object())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="fork_policy"):
         BackgroundService(fork_policy="x")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="slack"):
+        BackgroundService(slack=-0.001)
+    with pytest.raises(TypeError, match="slack"):
+        BackgroundService(slack="1ms")  # type: ignore[arg-type]
     svc = BackgroundService("misuse")
     svc.every(1, print, name="x")
     with pytest.raises(ValueError, match="already exists"):
