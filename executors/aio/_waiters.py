@@ -9,7 +9,9 @@ tasks share one queue and one order.
 Protocol, for a primitive:
 
 - Park: create a waiter (a `TaskWaiter` around a future of the running loop, or another
-  `Waiter`), ``queue.append(waiter)``, then wait for it in the waiter's own way.
+  `Waiter`), ``queue.append(waiter)``, then wait for it in the waiter's own way. (`aio.locks`
+  enters its own tasks as their bare futures, recognised by exact type on its hot paths: a
+  primitive's line may hold such entries besides `Waiter` objects.)
 - Wake: in an atomic section on the loop thread, take waiters from the head with
   ``queue.popleft()`` and call ``waiter.try_wake(value)``. It returns False if the waiter no longer
   wants the value (cancelled, timed out, or a select already completed through another
@@ -113,6 +115,8 @@ class WaiterQueue(Generic[W]):
         # Arrival order, live entries and tombstones. Every entry of a waiter but its newest is a
         # tombstone, and so is the newest if the waiter is not in _queued: so, walking from the
         # head, a waiter's first _stale[waiter] entries are its tombstones.
+        # The primitives alias these three containers for their hot paths (see aio.locks): they
+        # are mutated in place and never replaced.
         self._items: deque[W] = deque()
         self._queued: set[W] = set()  # the live entries
         self._stale: dict[W, int] = {}  # tombstones per waiter, for waiters that have any
@@ -175,12 +179,22 @@ class WaiterQueue(Generic[W]):
         # In place: the primitives keep a reference to the deque for their hot paths.
         items = self._items
         stale = self._stale
-        live: list[W] = []
-        for waiter in items:
-            if waiter in stale:
-                self._bury(waiter)
-            else:
-                live.append(waiter)
+        queued = self._queued
+        live: list[W]
+        if queued.isdisjoint(stale):
+            # The usual case: no waiter with tombstones is queued again, so every entry of a
+            # waiter in _stale is a tombstone, and every other entry is live (a waiter without
+            # tombstones has at most one entry, live as long as it is queued). A filter in C,
+            # not a Python loop: cancelling many waiters compacts often.
+            live = list(filter(queued.__contains__, items))
+            stale.clear()
+        else:
+            live = []
+            for waiter in items:
+                if waiter in stale:
+                    self._bury(waiter)
+                else:
+                    live.append(waiter)
         items.clear()
         items.extend(live)
 

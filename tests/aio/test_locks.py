@@ -42,7 +42,9 @@ async def settle(n: int = 5) -> None:
 
 
 def live_waiters(sem: Permits) -> int:
-    return sum(1 for w in sem._waiters if w.waiting)
+    # A parked task's entry is its bare future (waiting while pending); any other is a Waiter.
+    return sum(1 for w in sem._waiters
+               if (not w.done() if isinstance(w, asyncio.Future) else w.waiting))
 
 
 def check_model(sem: Semaphore) -> None:
@@ -752,9 +754,11 @@ def test_foreign_waiters_share_the_fifo_with_tasks() -> None:
 
 
 def test_line_is_the_waiter_queue_storage() -> None:
-    """The hot paths' `_line` is the WaiterQueue's own dict (one structure, two views)."""
+    """The hot paths' `_line`, `_queued` and `_stale` are the WaiterQueue's own containers."""
     sem = Semaphore(0)
     assert sem._line is sem._waiters._items
+    assert sem._queued is sem._waiters._queued
+    assert sem._stale is sem._waiters._stale
     w = RecordingWaiter()
     sem._waiters.append(w)
     assert w in sem._line
@@ -788,6 +792,142 @@ def test_task_waiter_declares_it_resumes_on_the_loop() -> None:
     """TaskWaiter's hand-off completes only when the task resumes; the base default is False."""
     assert TaskWaiter.resumes_on_loop is True
     assert Waiter.resumes_on_loop is False
+
+
+# -- the contended hand-off (__aexit__ / release fast path) ---------------------------------
+
+
+@pytest.mark.parametrize("cls", [Semaphore, BoundedSemaphore, Lock])
+def test_async_with_handoff_skips_cancelled_head_and_foreign_waiter(cls: type[Permits]) -> None:
+    """Leaving `async with` hands the permit straight to a pending head; a head cancelled in
+    this iteration (C) or a foreign Waiter at the head goes through the general path, in FIFO
+    order, and no permit is lost or duplicated."""
+
+    async def main() -> None:
+        prim = cls() if cls is Lock else cls(1)
+        order: list[str] = []
+        foreign = RecordingWaiter()
+
+        async def task(name: str) -> None:
+            async with prim:
+                order.append(name)
+
+        async with prim:
+            a = asyncio.create_task(task("a"))
+            b = asyncio.create_task(task("b"))
+            await settle(1)
+            prim._park(foreign)
+            c = asyncio.create_task(task("c"))
+            await settle(1)
+            assert prim.statistics().waiting == 4
+            a.cancel()  # the head is now a cancelled entry whose task has not run yet (C)
+        # The exit skipped a (C) and woke b, which has not resumed yet.
+        assert prim.statistics().woken == 1 and prim.locked()
+        await asyncio.gather(a, b, return_exceptions=True)
+        assert a.cancelled() and order == ["b"]
+        # b's exit handed the permit to the foreign waiter (complete at once, not woken).
+        assert foreign.got == [True] and prim.statistics().woken == 0
+        prim.release()  # the foreign waiter's release: c's turn
+        await c
+        assert order == ["b", "c"]
+        assert not prim.locked() and prim.statistics().waiting == 0
+        assert prim.statistics().woken == 0
+        if isinstance(prim, Semaphore):
+            check_model(prim)
+
+    run(main)
+
+
+def test_async_with_exit_skips_a_waiter_of_a_closed_loop() -> None:
+    """The inlined hand-off in __aexit__ treats a task of a closed loop as release() does: it
+    skips it (and the permit goes to the next waiter or back to the free count)."""
+    sem = Semaphore(0)
+    loop = asyncio.new_event_loop()
+    stranded = loop.create_task(sem.acquire())
+    loop.run_until_complete(asyncio.sleep(0))
+    loop.close()
+
+    async def main() -> None:
+        await sem.__aexit__(None, None, None)  # the permit of a holder, given back
+        assert sem.statistics() == SemaphoreStatistics(value=1, level=1, waiting=0, woken=0,
+                                                       locked=False)
+        async with sem:
+            pass
+
+    run(main)
+    del stranded
+    gc.collect()  # its coroutine is closed: it hands back nothing
+    assert sem.statistics().value == 1
+
+
+def test_ready_awaitable_is_reusable_and_never_yields() -> None:
+    """`_READY`, returned by the fast paths, completes with None at once, any number of times,
+    from any task and loop, without letting another task run."""
+    from executors.aio.locks import _READY
+
+    async def main() -> None:
+        ran = False
+
+        async def other() -> None:
+            nonlocal ran
+            ran = True
+
+        t = asyncio.create_task(other())
+        for _ in range(5):
+            await _READY
+        assert not ran
+        await t
+
+    run(main)
+    run(main)  # a second loop
+
+
+def test_thrown_exception_while_parked_leaves_the_line() -> None:
+    """Something other than a cancellation thrown into a parked acquirer makes it leave the
+    line (its future is cancelled); the next release goes to the next waiter."""
+
+    async def main() -> None:
+        sem = Semaphore(0)
+        coro = sem._acquire_slow()
+        fut = coro.send(None)  # parked: yields its future
+        assert sem.statistics().waiting == 1
+        with pytest.raises(KeyError):
+            coro.throw(KeyError())
+        assert fut.cancelled() and sem.statistics().waiting == 0
+        sem.release()
+        assert sem.statistics().value == 1
+
+    run(main)
+
+
+# -- WaiterQueue compaction ------------------------------------------------------------------
+
+
+def test_waiter_queue_compaction_keeps_fifo_with_reappended_waiters() -> None:
+    """Compaction (fast path: no re-queued waiter has tombstones; slow path: some has) keeps
+    exactly the live entries in FIFO order, with a re-queued waiter at its newer place."""
+    from executors.aio._waiters import WaiterQueue
+
+    for requeue in (False, True):
+        q: WaiterQueue[int] = WaiterQueue()
+        n = 4 * WaiterQueue._COMPACT_MIN
+        for i in range(n):
+            q.append(i)
+        gone = [i for i in range(n) if i % 4]
+        if requeue:
+            q.discard(0)
+            q.append(0)  # 0 now has a tombstone at the head and a live entry at the tail
+        for i in gone:
+            q.discard(i)  # passes the compaction threshold on the way
+        live = [i for i in range(n) if not i % 4]
+        expected = [*live[1:], 0] if requeue else live
+        assert list(q) == expected and len(q) == len(expected)
+        assert len(q._items) <= 2 * len(q) + WaiterQueue._COMPACT_MIN
+        assert [q.popleft() for _ in range(len(expected))] == expected
+        assert not q
+        with pytest.raises(IndexError):
+            q.popleft()  # drops the trailing tombstones on the way
+        assert not q._items and not q._stale
 
 
 # -- scaling -------------------------------------------------------------------------------
