@@ -119,7 +119,9 @@ class _Progress:
         line = f"{head} [{bar:<{width}}] {count} {elapsed:5.0f}s  {label}"
         columns = 100
         try:
-            columns = os.get_terminal_size(self._stream.fileno()).columns
+            # A terminal that reports no size (0 columns: a fresh pty, some CI runners) keeps
+            # the default rather than cutting the line down to nothing.
+            columns = os.get_terminal_size(self._stream.fileno()).columns or columns
         except (OSError, ValueError):
             pass
         print("\r\x1b[K" + line[: max(20, columns - 1)], end="", file=self._stream, flush=True)

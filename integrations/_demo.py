@@ -92,6 +92,8 @@ class DemoReport:
     db_acquisitions_threads: int
     db_acquisitions_tasks: int
     db_waits: int
+    db_slots: int
+    db_peak: int
     db_wait_p50_ms: float
     db_wait_p99_ms: float
     executors: int
@@ -124,7 +126,8 @@ class DemoReport:
             f"abandoned mid-iteration, {self.cursors_killed:,} killed (confirmed by "
             f"{self.kill_commands:,} killCursors replies), {self.cursors_not_found} not found"),
             (f"  db slots (fair)       {self.db_acquisitions_threads:,} by threads + "
-            f"{self.db_acquisitions_tasks:,} by the task; {self.db_waits:,} queued, wait p50 "
+            f"{self.db_acquisitions_tasks:,} by the task; peak {self.db_peak} of "
+            f"{self.db_slots} in use; {self.db_waits:,} queued, wait p50 "
             f"{self.db_wait_p50_ms:.2f} ms, p99 {self.db_wait_p99_ms:.2f} ms"),
             (f"  executor wake-ups     {self.executor_wakeups:,} for {self.executor_runs:,} runs "
              f"on {self.executors} executor thread(s), which sleep until due or woken (polling "
@@ -306,7 +309,22 @@ class _Counters:
     queued: int = 0
     thread_acquisitions: int = 0
     task_acquisitions: int = 0
+    # Database work in progress, threads and the task together: the fair semaphore's cap must
+    # hold for both sides, so the report shows the peak beside the number of slots.
+    in_use: int = 0
+    peak: int = 0
     errors: list[str] = dataclasses.field(default_factory=list)
+
+
+def _enter_slot(counters: _Counters) -> None:
+    with counters.lock:
+        counters.in_use += 1
+        counters.peak = max(counters.peak, counters.in_use)
+
+
+def _leave_slot(counters: _Counters) -> None:
+    with counters.lock:
+        counters.in_use -= 1
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -348,6 +366,7 @@ class _Demo:
                         counters.queued += 1
                     db_slots.acquire()
                 waited = (time.perf_counter() - asked) * 1000
+                _enter_slot(counters)
                 try:
                     reply = db.command("find", COLLECTION, batchSize=size,
                                        filter={"i": {"$gte": start, "$lt": start + 3 * size}})
@@ -371,6 +390,7 @@ class _Demo:
                             read += len(more["cursor"]["nextBatch"])
                     del request
                 finally:
+                    _leave_slot(counters)
                     db_slots.release()
                 with counters.lock:
                     counters.waits_ms.append(waited)
@@ -399,8 +419,12 @@ class _Demo:
             if counters.consumed % 50 == 0:
                 async with db_slots:
                     counters.task_acquisitions += 1
-                    await stats.insert_one({"consumed": counters.consumed, "worker": worker,
-                                            "read": read})
+                    _enter_slot(counters)  # a brief lock shared with the threads: no await
+                    try:
+                        await stats.insert_one({"consumed": counters.consumed,
+                                                "worker": worker, "read": read})
+                    finally:
+                        _leave_slot(counters)
 
     # the run --------------------------------------------------------------------------------
 
@@ -502,6 +526,8 @@ class _Demo:
             db_acquisitions_threads=counters.thread_acquisitions,
             db_acquisitions_tasks=counters.task_acquisitions,
             db_waits=counters.queued,
+            db_slots=config.db_slots,
+            db_peak=counters.peak,
             db_wait_p50_ms=statistics.median(counters.waits_ms) if counters.waits_ms else 0.0,
             db_wait_p99_ms=_percentile(counters.waits_ms, 0.99),
             executors=len(stats),

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,92 @@ def test_run_areas_reports_progress_and_passes_tables_through(tmp_path: Path) ->
     assert "[2/2] broken: FAILED (exit 3)" in log
 
 
+RECORDING_AREA = textwrap.dedent("""
+    import json, pathlib, sys
+    pathlib.Path("argv.json").write_text(json.dumps(sys.argv[1:]))
+    print("[rec] only metric ...", file=sys.stderr, flush=True)
+""")
+
+
+def test_run_areas_full_mode_writes_results_quick_mode_does_not(tmp_path: Path) -> None:
+    """A full run asks the area for no --quick and a results file in results_dir; a quick run
+    that writes nothing asks for --quick --no-write."""
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "__init__.py").write_text("")
+    (tmp_path / "benchmarks" / "rec.py").write_text(RECORDING_AREA)
+    results = tmp_path / "results"
+    for quick, write, expected in (
+            (False, True, ["--json", str(results / "rec.json")]),
+            (True, False, ["--quick", "--no-write"]),
+            (True, True, ["--quick", "--json", str(results / "rec.json")])):
+        runs = _bench.run_areas(["rec"], quick=quick, write=write, results_dir=results,
+                                root=tmp_path, stdout=io.StringIO(), stderr=io.StringIO())
+        assert [(r.returncode, r.metrics_done) for r in runs] == [(0, 1)]
+        assert json.loads((tmp_path / "argv.json").read_text()) == expected
+
+
+@pytest.mark.timeout(60)
+def test_run_areas_draws_a_progress_bar_on_a_terminal(tmp_path: Path) -> None:
+    """On a terminal (a real pty) progress is one line redrawn in place, with a bar sized by
+    the area's previous results file; the area's end is a plain line."""
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "__init__.py").write_text("")
+    (tmp_path / "benchmarks" / "fake.py").write_text(FAKE_AREA)
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "fake.json").write_text(json.dumps(_result("fake")))  # 2 metrics expected
+    leader, follower = os.openpty()
+    chunks: list[bytes] = []
+
+    def drain() -> None:
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            chunks.append(chunk)
+
+    reader = threading.Thread(target=drain, name="pty-reader")
+    reader.start()
+    try:
+        with open(follower, "w", closefd=True) as terminal:
+            assert terminal.isatty()
+            runs = _bench.run_areas(["fake"], quick=True, write=False, results_dir=results,
+                                    root=tmp_path, stdout=io.StringIO(), stderr=terminal)
+        reader.join(30)
+    finally:
+        os.close(leader)
+    assert [r.returncode for r in runs] == [0]
+    shown = b"".join(chunks).decode()
+    assert "\r\x1b[K[1/1] fake [" in shown
+    assert "] 1/2 " in shown and "second metric" in shown, shown
+    assert "[1/1] fake: ok, 2 metrics" in shown
+
+
+@pytest.mark.timeout(150)
+def test_a_real_area_writes_json_that_renders_a_table_and_a_chart(tmp_path: Path) -> None:
+    """A real area's results file (quick, into a temporary folder) has every field the
+    renderer needs, and becomes a page with our column first and a PNG chart."""
+    area = "taskgroups" if "taskgroups" in _bench.areas() else _bench.areas()[0]
+    results, out = tmp_path / "results", tmp_path / "docs"
+    runs = _bench.run_areas([area], quick=True, write=True, results_dir=results,
+                            stdout=io.StringIO(), stderr=io.StringIO())
+    assert [r.returncode for r in runs] == [0]
+    data = json.loads((results / f"{area}.json").read_text())
+    assert data["area"] == area and data["quick"] is True and data["metrics"]
+    for metric in data["metrics"]:
+        assert _bench.OURS in metric["medians"]
+        assert set(metric) >= set(_bench.MetricResult.__annotations__)
+    written = {p.name for p in _bench.render_all(results, out)}
+    assert written == {f"{area}.md", f"{area}.png", "index.md"}
+    page = (out / f"{area}.md").read_text()
+    assert "| metric | advantage | executors |" in page
+    assert "quick run" in page
+    assert (out / f"{area}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_bench_refuses_unknown_areas(capsys: pytest.CaptureFixture[str]) -> None:
     """An unknown area is refused with exit code 2 and the list of areas to choose from."""
     assert cli.main(["bench", "no-such-area"]) == 2
@@ -158,8 +245,111 @@ def test_demo_runs_against_the_embedded_server_with_no_leaks() -> None:
     assert abandoned > 0
     assert _number(r"([\d,]+) killed \(confirmed", out) == abandoned
     assert _number(r"([\d,]+) by the task", out) > 0, "the asyncio task never took a db slot"
+    # The fair semaphore's cap holds for threads and the task together (4 slots by default).
+    assert 1 <= _number(r"peak (\d+) of 4 in use", out) <= 4
+    assert _number(r"([\d,]+) queued, wait p50 [\d.]+ ms, p99 [\d.]+ ms", out) >= 0
+    wakeups = _number(r"executor wake-ups\s+([\d,]+) for [\d,]+ runs", out)
+    assert wakeups > 0
+    # The service's jobs (the snapshot and the owner-weakref server monitor) ran; the monitor's
+    # job was cancelled when its owner went (otherwise the report lists an error).
+    assert _number(r"service\s+(\d+) periodic job", out) == 2
+    assert _number(r"server monitor (\d+) check", out) > 0
+    assert _number(r"shutdown\s+(\d+) ms", out) < 15_000
     assert "errors" not in out, out
     assert proc.stderr == "", proc.stderr[-3000:]
+
+
+@pytest.mark.timeout(120)
+def test_demo_uses_a_given_uri_and_drops_its_database() -> None:
+    """`--uri` runs against that deployment (here a server the test started), starts no
+    embedded server, reports no leaks, and leaves no executors_demo database behind."""
+    import pymongo
+
+    from integrations._demo import DATABASE, EmbeddedServer
+
+    with EmbeddedServer() as server:
+        cmd = [sys.executable, "-m", "executors", "demo", "--plain", "--seconds", "2",
+               "--uri", server.uri]
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=110,
+                              check=False)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "(embedded)" not in proc.stdout
+        assert f"127.0.0.1:{server.port}" in proc.stdout.splitlines()[0]
+        assert _number(r"leaks\s+(\d+)", proc.stdout) == 0
+        assert _number(r"requests served\s+([\d,]+)", proc.stdout) > 0
+        client: pymongo.MongoClient[dict[str, object]] = pymongo.MongoClient(
+            server.uri, serverSelectionTimeoutMS=5000)
+        try:
+            assert DATABASE not in client.list_database_names()
+        finally:
+            client.close()
+
+
+def _read_all(fd: int) -> bytes:
+    """Everything written to a pty until its last writer closed (Linux: EIO at the end)."""
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@pytest.mark.timeout(120)
+def test_demo_draws_a_live_view_on_a_terminal_and_plain_lines_otherwise() -> None:
+    """On a terminal (a real pty) the view is redrawn in place with ANSI sequences; on a pipe,
+    without --plain, it prints plain progress lines and no escape sequence."""
+    uri = os.environ.get("MONGODB_URI")
+    cmd = [sys.executable, "-m", "executors", "demo", "--seconds", "1.5",
+           *(["--uri", uri] if uri else [])]
+    leader, follower = os.openpty()
+    try:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=follower,
+                                stderr=subprocess.PIPE)
+        os.close(follower)
+        follower = -1
+        tty = _read_all(leader).decode()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+    assert proc.returncode == 0, tty[-3000:] + err.decode()[-3000:]
+    assert "\x1b[2Kexecutors demo [" in tty, tty[-3000:]
+    assert "\x1b[5F" in tty, "the live view is not redrawn in place"
+    assert _number(r"leaks\s+(\d+)", tty) == 0
+
+    piped = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=110,
+                           check=False)
+    assert piped.returncode == 0, piped.stdout[-3000:] + piped.stderr[-3000:]
+    assert "\x1b" not in piped.stdout
+    assert re.search(r"^executors demo \[[#-]+\] .* \| requests ", piped.stdout, re.MULTILINE)
+
+
+def test_demo_exit_code_is_non_zero_when_something_leaked(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The command exits 1 when the report counts a leak, 0 otherwise. (A real leak cannot be
+    provoked on demand, so run_demo is replaced by one returning a given report.)"""
+    from integrations import _demo
+
+    def report(leaked_cursors: int) -> _demo.DemoReport:
+        return _demo.DemoReport(
+            server="test", seconds=1.0, interrupted=False, requests=1, documents_read=1,
+            results_consumed=1, cursors_opened=1, cursors_abandoned=1,
+            cursors_killed=1 - leaked_cursors, cursors_not_found=0, kill_commands=1,
+            leaked_cursors=leaked_cursors, leaked_threads=(), db_acquisitions_threads=1,
+            db_acquisitions_tasks=0, db_waits=0, db_slots=4, db_peak=1, db_wait_p50_ms=0.0,
+            db_wait_p99_ms=0.0, executors=1, executor_runs=1, executor_wakeups=1,
+            monitor_checks=1, service_jobs=2, shutdown_seconds=0.01, errors=())
+
+    for leaked, code in ((1, 1), (0, 0)):
+        monkeypatch.setattr(_demo, "run_demo", lambda *a, leaked=leaked, **k: report(leaked))
+        assert cli.main(["demo", "--plain", "--seconds", "1"]) == code
+        assert f"leaks                 {leaked}" in capsys.readouterr().out
 
 
 @pytest.mark.timeout(120)
@@ -200,7 +390,8 @@ def test_demo_report_puts_leaks_first_and_counts_threads() -> None:
         results_consumed=10, cursors_opened=10, cursors_abandoned=4, cursors_killed=2,
         cursors_not_found=0, kill_commands=2, leaked_cursors=2,
         leaked_threads=("demo-worker-1",), db_acquisitions_threads=10,
-        db_acquisitions_tasks=1, db_waits=3, db_wait_p50_ms=1.0, db_wait_p99_ms=2.0,
+        db_acquisitions_tasks=1, db_waits=3, db_slots=4, db_peak=4, db_wait_p50_ms=1.0,
+        db_wait_p99_ms=2.0,
         executors=2, executor_runs=5, executor_wakeups=5, monitor_checks=2, service_jobs=2,
         shutdown_seconds=0.05, errors=(),
     )

@@ -11,6 +11,7 @@ import html.parser
 import http.server
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -282,3 +283,103 @@ def test_benchmark_page_screenshot(served: _Server, tmp_path: Path) -> None:
     image = pytest.importorskip("matplotlib.image")
     pixels = image.imread(str(shot))
     assert pixels.std() > 0.05, "the screenshot is a flat colour"
+
+
+# -- what the pages say -------------------------------------------------------------------------
+
+
+def _text(name: str) -> str:
+    return (CONTENT / name).read_text()
+
+
+def test_tutorial_goes_from_install_to_a_monitor_a_reaper_and_a_bridged_semaphore() -> None:
+    """The tutorial's steps, in order: install, a monitor, a reaper, a bridged semaphore."""
+    text = _text("tutorial.md")
+    steps = ["## 1. Install", "pip install", "## 4. A monitor that stops with its owner",
+             "Reaper(", "## 7. One fair semaphore for threads and tasks", "portal.semaphore("]
+    positions = [text.find(step) for step in steps]
+    assert -1 not in positions, [s for s, p in zip(steps, positions, strict=True) if p < 0]
+    assert positions == sorted(positions), "the tutorial's steps are out of order"
+
+
+@pytest.mark.parametrize(("page", "must_say"), [
+    ("semaphore.md", ["## The restaurant", "tables"]),
+    ("periodic.md", ["## The monitor pattern", "strong references", "weak references"]),
+    ("channels.md", ["## Why the select completes exactly one case"]),
+    ("structured-concurrency.md", ["## The three properties", "Tree-Structured Concurrency"]),
+    ("supervise.md", ["Stop order", "SIGKILL"]),
+    ("design.md", ["## Layers", "## The threaded core", "## The asyncio primitives"]),
+])
+def test_topic_pages_carry_their_arguments(page: str, must_say: list[str]) -> None:
+    """Each topic page has the model, diagram or argument the issue names for it."""
+    text = _text(page)
+    missing = [phrase for phrase in must_say if phrase not in text]
+    assert not missing, f"{page} does not say {missing}"
+
+
+def test_comparison_page_names_every_peer() -> None:
+    """The comparison covers PyMongo's executor, asyncio, anyio, trio, aiotools, aiologic,
+    janus and the process supervisors, each under its own heading or table row."""
+    text = _text("comparison.md")
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    for peer in ("PyMongo's `PeriodicExecutor`", "asyncio", "anyio", "trio", "aiotools",
+                 "aiologic", "janus", "Process supervisors"):
+        assert any(peer in h for h in headings), f"no section for {peer}"
+    for supervisor in ("tini", "dumb-init", "supervisord", "honcho", "circus"):
+        assert f"| {supervisor}" in text, f"no row for {supervisor}"
+
+
+def _table_after(text: str, heading: str) -> list[list[str]]:
+    """The cells of the first Markdown table after `heading`."""
+    section = text[text.index(heading):]
+    rows = []
+    for line in section.splitlines()[1:]:
+        if line.startswith("|"):
+            rows.append([cell.strip() for cell in line.strip("|").split("|")])
+        elif rows:
+            break
+    return rows
+
+
+def test_traversal_page_has_the_guarantees_per_mode_and_the_foundationdb_mapping() -> None:
+    """The traversal page tabulates the guarantees per mode, the consequences of concurrent
+    changes, and how a FoundationDB adapter maps onto every operation of the protocol."""
+    text = _text("traversal.md")
+    guarantees = _table_after(text, "## Guarantees per mode")
+    assert guarantees[0] == ["guarantee", "`strict`", "`relaxed`", "`any`"]
+    assert any("path consistency" in row[0] for row in guarantees)
+    assert any(row[0].startswith("order") for row in guarantees)
+    changes = _table_after(text, "## Under concurrent changes")
+    assert any("moves later in traversal order" in row[0] and "at least once" in row[1]
+               for row in changes)
+    fdb = _table_after(text, "**FoundationDB**")
+    operations = {row[0] for row in fdb}
+    for op in ("`begin(budget=...)`", "`lookup(parent, name)`",
+               "`list(parent, kind, after, limit)`", "`commit()`"):
+        assert op in operations, f"the FoundationDB mapping has no row for {op}"
+
+
+def test_readme_has_the_quick_start_and_working_links() -> None:
+    """The README's quick start has the two commands (demo, tests); every relative link in it
+    names a file of the checkout."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index("## Quick start")
+    block = text[start:text.index("```\n", text.index("```sh", start) + 5)]
+    commands = [line for line in block.splitlines() if line.startswith("python3 -m venv")]
+    assert len(commands) == 2
+    assert commands[0].endswith("executors demo") and commands[1].endswith("-m pytest")
+    links = [m for m in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+             if "://" not in m]
+    assert links, "the README links to no docs page"
+    missing = [link for link in links if not (ROOT / link).exists()]
+    assert not missing, f"README links to missing files: {missing}"
+
+
+@pytest.mark.timeout(360)
+def test_changelog_page_shows_the_changelog(site: Path) -> None:
+    """The built changelog page includes CHANGELOG.md (the snippet was resolved, not shown)."""
+    page = (site / "changelog" / "index.html").read_text()
+    assert "--8&lt;--" not in page and "--8<--" not in page
+    first_entry = next(line for line in (ROOT / "CHANGELOG.md").read_text().splitlines()
+                       if line.startswith("## "))
+    assert first_entry[3:] in page

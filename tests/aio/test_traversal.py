@@ -431,6 +431,46 @@ def test_shared_limiter_bounds_reads_across_traversals(limit: int) -> None:
     assert len(store.committed) == 3 * len(preorder(tree))
 
 
+def test_a_large_traversal_does_not_starve_a_small_one() -> None:
+    """With one permit shared, a small traversal started while a large one is running finishes
+    after a bounded number of the large one's reads (the fair semaphore makes them take turns),
+    long before the large one ends."""
+    big_tree: Tree = {f"d{i:03}": {f"f{j}": None for j in range(3)} for i in range(80)}
+    small_tree: Tree = {"a": None, "b": {"c": None}}
+    big_store, small_store = MemoryStore(big_tree), MemoryStore(small_tree)
+    sem = Semaphore(1)
+    window = 8
+    going = asyncio.Event()  # created inside asyncio.run's loop below (3.11 binds on use)
+    record = recorder()
+
+    def visit_big(v: Visit) -> None:
+        record(v)
+        if len(v.transaction.log) >= 10:  # type: ignore[attr-defined]
+            going.set()
+
+    big = Traversal(big_store, visit_big, page_size=2, window=window, limiter=sem,
+                    budget=1e9, clock=big_store.clock)
+    small = Traversal(small_store, recorder(), page_size=2, window=window, limiter=sem,
+                      budget=1e9, clock=small_store.clock)
+
+    async def main() -> tuple[int, int]:
+        running = asyncio.ensure_future(big.run())
+        await going.wait()
+        before = big.statistics().reads
+        await small.run()
+        during = big.statistics().reads - before
+        await running
+        return during, small.statistics().reads
+
+    during, small_reads = run(main())  # type: ignore[misc]
+    assert small.done and big.done
+    assert [p for p, _ in small_store.committed] == preorder(small_tree)
+    # Each of the small traversal's operations waits behind at most the large one's queued
+    # reads (its window) and the one in flight.
+    assert during <= (small_reads + 2) * (window + 1)
+    assert big.statistics().reads > 3 * during, "the small one was not served early"
+
+
 def test_default_limiter_is_shared_and_fair() -> None:
     """Traversals without `limiter=` share one process-wide fair semaphore."""
     assert default_limiter() is default_limiter()
@@ -519,6 +559,45 @@ def test_strict_file_moved_later_in_order_is_visited_at_least_once() -> None:
     assert moved[0]
     assert ("b", "h") in committed and ("a", "f5") not in committed
     assert len(committed) == len(set(committed))
+
+
+@pytest.mark.parametrize(("change", "path", "visited"), [
+    ("create", ("b", "h"), True),     # created later in traversal order than the cursor
+    ("create", ("a", "0"), False),    # created earlier in traversal order: behind the cursor
+    ("delete", ("b", "g"), False),    # deleted before the cursor reaches it
+])
+def test_strict_changes_between_transactions_as_documented(change: str, path: Path,
+                                                           visited: bool) -> None:
+    """Strict mode, the rows of the docs' table of concurrent changes: a node created ahead of
+    the cursor is visited, one created behind it is not, one deleted ahead of it is not; the
+    rest of the tree is visited exactly once, in pre-order."""
+    tree: Tree = {"a": {f"f{i}": None for i in range(6)}, "b": {"g": None}}
+    changed = [False]
+
+    def mutate(s: MemoryStore) -> None:
+        if changed[0] or len(s.committed) < 3:  # after "/", "/a" and "/a/f0"
+            return
+        parent = s.find(path[:-1])
+        assert parent is not None
+        if change == "create":
+            s.new(parent, path[-1], Kind.FILE)
+        else:
+            key = s.find(path)
+            assert key is not None
+            del s.nodes[key]
+        changed[0] = True
+
+    store = MemoryStore(tree, mutate=mutate)
+    run(Traversal(store, recorder(), budget=5.0, page_size=2, window=1,
+                  clock=store.clock).run())
+    committed = [p for p, _ in store.committed]
+    assert changed[0]
+    assert (path in committed) is visited
+    if visited:  # the tree as it is at the end, in pre-order
+        expected = preorder({**tree, "b": {**tree["b"], path[-1]: None}})  # type: ignore[dict-item]
+    else:
+        expected = [p for p in preorder(tree) if p != path]
+    assert committed == expected
 
 
 def test_any_mode_reports_a_vanished_directory() -> None:
