@@ -419,17 +419,38 @@ class Job:
         # The target of a dedicated job's PeriodicExecutor; False stops the executor.
         if self._cancelled or self._paused:
             return False
-        clock = self._service._clock
-        start = clock.monotonic()
+        service = self._service
+        clock = service._clock
+        executor = self._executor
+        # The executor's next_run_at still holds the due time this run was started for (None
+        # for the first run after open(), which is due at once), and last_run_started the
+        # start it schedules the next run from: report that one, not a later clock read.
+        es = executor.statistics() if executor is not None else None
+        due = es.next_run_at if es is not None else None
+        start = es.last_run_started if es is not None else None
+        if start is None:
+            start = clock.monotonic()
+        lateness = 0.0 if due is None else max(0.0, start - due)
         self._last_start = start
+        self._last_lateness = lateness
+        if lateness > self._max_lateness:
+            self._max_lateness = lateness
         self._running = True
+        failed = False
         try:
             failed = self._call() is not None
         finally:
             self._running = False
             self._runs += 1
-            self._last_duration = clock.monotonic() - start
-        executor = self._executor
+            duration = clock.monotonic() - start
+            self._last_duration = duration
+            if self._interval and duration > self._interval:
+                self._overruns += 1
+            # The service's counters cover dedicated jobs too (lock-free, as for the pool's
+            # runs: a statistic, read without a lock).
+            service._job_runs += 1
+            if failed:
+                service._job_errors += 1
         if self._stopped:
             return False
         if executor is not None and self._on_error == "backoff":
@@ -780,7 +801,7 @@ class BackgroundService:
             dedicated: run on its own `PeriodicExecutor` thread (blocking work). A dedicated
                 job follows that executor's schedule (the next run `interval` after the
                 previous start, at once after an overrun), so `jitter`, `delay` and `overrun`
-                do not apply to it.
+                do not apply to it; its lateness is measured against that schedule.
 
         Raises:
             TypeError: `fn` is not callable, or an option has the wrong type.
@@ -1184,6 +1205,10 @@ class BackgroundService:
         job._runs += 1
         duration = end - start
         job._last_duration = duration
+        # Counted here, not when the next run is scheduled: the last run before a pause,
+        # cancel or shutdown, and a run that failed under backoff, are overruns too.
+        if job._interval and duration > job._interval:
+            job._overruns += 1
         # Adaptive placement: a job whose pool run was shorter than inline_below runs on the
         # scheduler thread from then on (one thread wake-up per run instead of two); one that
         # is slow there goes back to the pool for good, so a job can stall the scheduler at
@@ -1229,8 +1254,6 @@ class BackgroundService:
             return start + job._backoff_delay()  # the grid restarts after the backoff
         if interval == 0:
             return end
-        if end - start > interval:
-            job._overruns += 1
         nxt = due + interval
         if end <= nxt:
             return nxt

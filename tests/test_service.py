@@ -5,8 +5,10 @@ from __future__ import annotations
 import concurrent.futures
 import contextvars
 import gc
+import itertools
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -45,6 +47,14 @@ def sleeps_until(svc: BackgroundService, clock: VirtualClock, deadline: float) -
         entry = clock._sleepers.get(svc._scheduler)  # type: ignore[arg-type]
         return entry is not None and abs(entry[0] - deadline) < 1e-9
     wait_until(check, 5, message=f"scheduler not sleeping until {deadline}: {clock!r}")
+
+
+def sleeps_without_deadline(svc: BackgroundService, clock: VirtualClock) -> None:
+    """Wait until the scheduler sleeps on the clock with no deadline at all (nothing due)."""
+    def check() -> bool:
+        entry = clock._sleepers.get(svc._scheduler)  # type: ignore[arg-type]
+        return entry is not None and entry[0] == math.inf
+    wait_until(check, 5, message=f"scheduler not sleeping without a deadline: {clock!r}")
 
 
 class Recorder:
@@ -296,6 +306,46 @@ def test_decorator_form(services: list[BackgroundService]) -> None:
     clock.wait_for_sleepers(1)
     clock.advance(10)
     assert times == [0.0, 5.0, 10.0]
+
+
+def test_decorator_keeps_the_function_and_rejects_misuse() -> None:
+    """The decorator's Job keeps the function as job.fn; bad uses are clear errors."""
+    svc = BackgroundService("deco")
+
+    @svc.every(5)
+    def refresh() -> None:
+        pass
+
+    assert isinstance(refresh, Job) and refresh.fn.__name__ == "refresh"
+    assert refresh.name.endswith("<locals>.refresh")  # the qualified name by default
+    with pytest.raises(TypeError, match="no positional args"):
+        svc.every(5, None, 1)  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match="fn must be callable"):
+        svc.every(5)(42)  # type: ignore[arg-type]
+    assert svc.shutdown(1).completed
+    with pytest.raises(ShutdownError):
+        svc.every(5)(print)
+
+
+def test_idle_scheduler_sleeps_without_a_deadline(services: list[BackgroundService]) -> None:
+    """The scheduler never polls: with nothing due it sleeps with no deadline at all, and a
+    paused or cancelled job leaves no deadline behind."""
+    svc, clock = virtual(services)
+    svc.start()
+    sleeps_without_deadline(svc, clock)
+    rec = Recorder(clock)
+    job = svc.every(10, rec)
+    sleeps_until(svc, clock, 10.0)
+    assert rec.times == [0.0]
+    job.pause()
+    clock.advance(10)  # the stale deadline is dropped, not run
+    sleeps_without_deadline(svc, clock)
+    job.resume()  # a run fell due at 10 while paused: at once
+    sleeps_until(svc, clock, 20.0)
+    job.cancel()
+    sleeps_without_deadline(svc, clock)
+    clock.advance(100)
+    assert rec.times == [0.0, 10.0]
 
 
 @pytest.mark.parametrize("inline_below", [0.001, 0.0])
@@ -646,16 +696,24 @@ def test_executor_thread_pool_and_process_pool() -> None:
         assert report.completed and fut.result() != os.getpid()
 
 
-def test_executor_dask_local_cluster() -> None:
-    """A real local Dask cluster's executor takes one-shot work (outgrows one machine)."""
+@pytest.mark.parametrize("processes", [False, True], ids=["thread-worker", "process-worker"])
+def test_executor_dask_local_cluster(processes: bool) -> None:
+    """A real local Dask cluster's executor takes one-shot work (outgrows one machine); with
+    a worker process, the work really runs outside this process."""
     distributed = pytest.importorskip("distributed", reason="dask.distributed is not installed")
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                                  dashboard_address=None) as cluster, \
+    # The scheduler's HTTP server starts even without a dashboard, on :8787 by default; a
+    # second cluster (a concurrent test run) then warns that the port is taken, and warnings
+    # are errors here. ":0" takes a free port.
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=processes,
+                                  dashboard_address=":0") as cluster, \
             distributed.Client(cluster) as client, \
             BackgroundService("dask", executor=client.get_executor()) as svc:
         futures = [svc.submit(pow, 3, i) for i in range(5)]
         assert [f.result(30) for f in futures] == [1, 3, 9, 27, 81]
         assert svc.statistics().submitted == 5
+        pid = svc.submit(os.getpid).result(30)
+        assert (pid != os.getpid()) == processes
+    assert svc.statistics().submissions_pending == 0
 
 
 @pytest.mark.parametrize(("kwargs", "exc", "match"), [
@@ -709,6 +767,297 @@ def test_bad_service_arguments_and_misuse() -> None:
     assert svc.statistics().state == "idle" and svc.jobs[0].statistics().state == "pending"
 
 
+@pytest.mark.parametrize("overrun", ["skip", "catch_up"])
+def test_overrunning_job_never_overlaps_itself(services: list[BackgroundService],
+                                               overrun: str) -> None:
+    """On a pool of 4 with every run overrunning and wakes from two threads, runs of one job
+    still never overlap (the guard lock is never found taken)."""
+    svc = BackgroundService("overlap", workers=4, inline_below=0).start()
+    services.append(svc)
+    guard = threading.Lock()
+    overlaps = [0]
+
+    def body() -> None:
+        if not guard.acquire(blocking=False):
+            overlaps[0] += 1
+            return
+        try:
+            time.sleep(0.003)  # the run's work: three intervals long
+        finally:
+            guard.release()
+
+    job = svc.every(0.001, body, overrun=overrun)  # type: ignore[call-overload]
+    stop = threading.Event()
+
+    def waker() -> None:
+        while not stop.wait(0.0005):
+            job.wake()
+
+    wakers = [threading.Thread(target=waker) for _ in range(2)]
+    for t in wakers:
+        t.start()
+    try:
+        wait_until(lambda: job.statistics().runs >= 30, 20)
+    finally:
+        stop.set()
+        for t in wakers:
+            t.join(5)
+    assert svc.shutdown(5).completed
+    s = job.statistics()
+    assert overlaps[0] == 0
+    assert s.overruns == s.runs >= 30
+    assert (s.skipped > 0) if overrun == "skip" else (s.skipped == 0)
+
+
+def assert_backoff_gaps(starts: list[float]) -> None:
+    """interval 0.01, backoff_max 0.04, three errors: the next run starts at least 0.02, 0.04,
+    then 0.04 (capped) after the failed run's start (the job's own `last_run_at`, read inside
+    the run). Only lower bounds: a timed wait never ends early, but a loaded machine may start
+    any run late (and after a late start the grid may bring the next run closer)."""
+    gaps = [later - earlier for earlier, later in itertools.pairwise(starts)]
+    for gap, least in zip(gaps[:3], [0.02, 0.04, 0.04], strict=True):
+        assert gap >= least - 1e-9, gaps
+
+
+def test_error_policies_on_real_threads(services: list[BackgroundService],
+                                        caplog: pytest.LogCaptureFixture) -> None:
+    """On the pool and the real clock: continue keeps the schedule, stop stops at the first
+    error, backoff waits at least the doubled (capped) delays; every error is logged."""
+    svc = BackgroundService("errors-real", workers=2, inline_below=0)
+    services.append(svc)
+    continued: list[float] = []
+    stopped: list[float] = []
+    backed_off: list[float] = []
+
+    def always_fails(calls: list[float]) -> None:
+        calls.append(time.monotonic())
+        raise ValueError("boom")
+
+    box: list[Job] = []
+
+    def flaky() -> None:
+        backed_off.append(box[0].statistics().last_run_at)  # type: ignore[arg-type]
+        if len(backed_off) <= 3:
+            raise ConnectionError("retry")
+
+    cont = svc.every(0.01, always_fails, continued, name="continue")
+    stop = svc.every(0.01, always_fails, stopped, name="stop", on_error="stop")
+    back = svc.every(0.01, flaky, name="backoff", on_error="backoff", backoff_max=0.04)
+    box.append(back)
+    with caplog.at_level(logging.ERROR, logger="executors.service"):
+        svc.start()
+        wait_until(lambda: len(backed_off) >= 6 and len(continued) >= 5, 20)
+        wait_until(lambda: stop.statistics().state == "failed", 5)
+        assert not svc.status().healthy
+        assert svc.shutdown(5).completed
+    c, s, b = cont.statistics(), stop.statistics(), back.statistics()
+    assert c.runs == c.errors == c.consecutive_errors == len(continued) >= 5
+    assert (s.runs, s.errors, len(stopped)) == (1, 1, 1)
+    assert (b.errors, b.consecutive_errors, b.last_error) == (3, 0, "ConnectionError: retry")
+    assert_backoff_gaps(backed_off)
+    logged = len([r for r in caplog.records if r.exc_info])
+    assert logged == c.errors + 1 + 3 == svc.statistics().job_errors
+
+
+@pytest.mark.parametrize("on_run", [1, 2])
+def test_base_exception_stops_the_job_not_a_thread(services: list[BackgroundService],
+                                                   caplog: pytest.LogCaptureFixture,
+                                                   on_run: int) -> None:
+    """SystemExit from a job (on the pool, or inline on the scheduler from its second run)
+    stops that job, logged; the service's threads keep serving other work."""
+    svc = BackgroundService("base-exc", workers=1).start()
+    services.append(svc)
+    calls = [0]
+
+    def exits() -> None:
+        calls[0] += 1
+        if calls[0] == on_run:
+            raise SystemExit(3)
+
+    with caplog.at_level(logging.ERROR, logger="executors.service"):
+        job = svc.every(0.01, exits)
+        # The job is marked failed just before the record is logged: wait for both.
+        wait_until(lambda: job.statistics().state == "failed" and "stopping it" in caplog.text,
+                   10)
+    assert job.statistics().last_error == "SystemExit: 3"
+    assert svc.submit(int, "5").result(5) == 5
+    ran = threading.Event()
+    svc.every(60, ran.set)
+    assert ran.wait(5)
+    assert calls[0] == on_run
+
+
+def test_status_while_a_job_runs(services: list[BackgroundService]) -> None:
+    """A run in progress shows as "running" (no next run yet); afterwards the next run is due
+    one interval after the previous due time."""
+    svc = BackgroundService("busy", workers=1).start()
+    services.append(svc)
+    inside = threading.Event()
+    gate = threading.Event()
+
+    def body() -> None:
+        inside.set()
+        gate.wait(5)
+
+    job = svc.every(30, body, name="busy-job")
+    assert inside.wait(5)
+    try:
+        s = job.statistics()
+        assert (s.state, s.runs, s.next_run_at, s.next_run_in) == ("running", 0, None, None)
+        assert s.last_run_at is not None and s.lateness is not None and s.lateness >= 0
+        assert "(running=1)" in repr(svc) and "<Job 'busy-job' running" in repr(job)
+        status = svc.status()
+        assert status.healthy and [j.state for j in status.jobs] == ["running"]
+    finally:
+        gate.set()
+    wait_until(lambda: job.statistics().state == "scheduled", 5)
+    s = job.statistics()
+    assert s.runs == 1 and s.last_run_at is not None and s.lateness is not None
+    assert s.next_run_at == pytest.approx(s.last_run_at - s.lateness + 30, abs=1e-6)
+    assert s.next_run_in is not None and 0 < s.next_run_in <= 30
+
+
+def test_shutdown_waits_for_a_running_job() -> None:
+    """A job run in progress at shutdown finishes before shutdown returns; none follows it."""
+    svc = BackgroundService("drain-job", workers=1).start()
+    inside = threading.Event()
+    gate = threading.Event()
+    finished: list[bool] = []
+
+    def body() -> None:
+        inside.set()
+        gate.wait(5)
+        finished.append(True)
+
+    job = svc.every(0.01, body, name="slow")
+    assert inside.wait(5)
+    threading.Timer(0.05, gate.set).start()
+    report = svc.shutdown(5)
+    assert report.completed and report.unfinished_jobs == ()
+    assert finished == [True] and job.statistics().runs == 1
+    assert job.statistics().state == "closed" and svc.statistics().threads == 0
+
+
+def test_shutdown_deadline_reports_a_stuck_dedicated_job() -> None:
+    """A dedicated job still running at the deadline is reported; join() waits for it later."""
+    svc = BackgroundService("stuck-ded").start()
+    release = threading.Event()
+    started = threading.Event()
+
+    def monitor() -> None:
+        started.set()
+        release.wait(10)
+
+    svc.every(60, monitor, name="monitor", dedicated=True)
+    assert started.wait(5)
+    report = svc.shutdown(0.2)
+    try:
+        assert not report.completed and report.unfinished_jobs == ("monitor",)
+        assert 0.15 <= report.elapsed < 2.0
+    finally:
+        release.set()
+    assert svc.join(5) and svc.statistics().threads == 0
+
+
+def test_dedicated_job_backoff_lateness_and_counters(services: list[BackgroundService],
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """A dedicated job backs off like a shared one, reports lateness and overruns, and its
+    runs and errors count in the service's statistics."""
+    svc = BackgroundService("ded-stats", workers=1)
+    services.append(svc)
+    calls: list[float] = []
+    box: list[Job] = []
+
+    def flaky() -> None:
+        calls.append(box[0].statistics().last_run_at)  # type: ignore[arg-type]
+        if len(calls) <= 3:
+            raise ConnectionError("retry")
+
+    job = svc.every(0.01, flaky, name="flaky", dedicated=True, on_error="backoff",
+                    backoff_max=0.04)
+    box.append(job)
+    with caplog.at_level(logging.ERROR, logger="executors.service"):
+        svc.start()
+        wait_until(lambda: len(calls) >= 6, 20)
+    assert_backoff_gaps(calls)
+    s = job.statistics()
+    assert (s.errors, s.consecutive_errors) == (3, 0)
+    assert s.lateness is not None and s.lateness >= 0 and s.max_lateness >= s.lateness
+    slow = svc.every(0.001, time.sleep, 0.003, name="slow", dedicated=True)  # always overruns
+    wait_until(lambda: slow.statistics().runs >= 3, 10)
+    assert svc.shutdown(5).completed
+    assert slow.statistics().overruns == slow.statistics().runs
+    stats = svc.statistics()
+    assert stats.job_errors == 3
+    assert stats.job_runs == job.statistics().runs + slow.statistics().runs
+
+
+def test_submit_returns_futures_and_leaves_the_executor_to_its_owner(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """submit() gives a concurrent.futures.Future on either path; an executor's errors are
+    counted; shutdown does not shut down the executor passed in; submit after it refuses."""
+    with BackgroundService("own") as svc:
+        assert isinstance(svc.submit(int, "1"), concurrent.futures.Future)
+    with concurrent.futures.ProcessPoolExecutor(1) as procs:
+        svc = BackgroundService("pp-errors", executor=procs).start()
+        fut = svc.submit(int, "not a number")
+        assert isinstance(fut, concurrent.futures.Future)
+        with caplog.at_level(logging.ERROR, logger="executors.service"):
+            with pytest.raises(ValueError):
+                fut.result(30)
+            wait_until(lambda: svc.statistics().submissions_failed == 1, 5)
+        assert svc.statistics().last_submission_error is not None
+        assert svc.shutdown(30).completed
+        with pytest.raises(ShutdownError):
+            svc.submit(int, "2")
+        assert procs.submit(int, "3").result(30) == 3  # still the caller's, still open
+
+
+@pytest.mark.slow
+def test_stress_ten_thousand_jobs_real_clock() -> None:
+    """10,000 jobs on the real clock: each runs again and again, on scheduler + workers."""
+    counts = [0] * 10_000
+
+    def bump(i: int) -> None:
+        counts[i] += 1
+
+    svc = BackgroundService("stress-real", workers=4)
+    for i in range(10_000):
+        svc.every(0.5, bump, i, jitter=0.1)
+    before = threading.active_count()
+    svc.start()
+    peak = [0]
+
+    def every_job_ran_three_times() -> bool:
+        peak[0] = max(peak[0], svc.statistics().threads, threading.active_count() - before)
+        return min(counts) >= 3
+
+    try:
+        wait_until(every_job_ran_three_times, 40)
+        assert peak[0] <= 5  # the scheduler and at most 4 workers
+        stats = svc.statistics()
+        assert stats.job_errors == 0 and stats.job_runs >= 30_000
+    finally:
+        assert svc.shutdown(5).completed
+
+
+@pytest.mark.parametrize(("call", "exc", "match"), [
+    (lambda: BackgroundService(name=3), TypeError, "name"),  # type: ignore[arg-type]
+    (lambda: BackgroundService(workers=True), TypeError, "workers"),
+    (lambda: BackgroundService(shutdown_timeout=-1), ValueError, "shutdown_timeout"),
+    (lambda: BackgroundService().shutdown(-1), ValueError, "timeout"),
+    (lambda: BackgroundService().every(5, print).update_interval("5"), TypeError, "interval"),
+    (lambda: BackgroundService().every(5, print, jitter=2).update_interval(1), ValueError,
+     "jitter"),
+    (lambda: BackgroundService().every(5, print, on_error="backoff").update_interval(0),
+     ValueError, "backoff"),
+])
+def test_more_bad_inputs(call: object, exc: type[Exception], match: str) -> None:
+    """Bad service options, deadlines and new intervals raise errors naming the argument."""
+    with pytest.raises(exc, match=match):
+        call()  # type: ignore[operator]
+
+
 # -- exit and fork -----------------------------------------------------------------------
 
 
@@ -735,25 +1084,33 @@ def test_interpreter_exit_shuts_service_down_within_deadline() -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-@pytest.mark.parametrize("policy", ["lazy", "stop"])
+@pytest.mark.parametrize("policy", ["lazy", "eager", "stop"])
 def test_fork_rebuilds_service(services: list[BackgroundService], policy: str) -> None:
-    """In a forked child the service is rebuilt; lazily restarted on use, or closed ("stop")."""
+    """In a forked child the service is rebuilt: restarted on first use ("lazy") or at once
+    ("eager"), its jobs running again there; or closed ("stop"), not repeating them."""
     svc = BackgroundService("fork", workers=2, fork_policy=policy)  # type: ignore[arg-type]
     services.append(svc)
     svc.start()
     ran = threading.Event()
-    svc.every(60, ran.set)
+    job = svc.every(60, ran.set)
     assert ran.wait(5)
+    wait_until(lambda: job.statistics().runs == 1)
     assert svc.submit(int, "7").result(5) == 7
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: report through the pipe, never return into pytest
         try:
+            if policy == "eager":  # restarted already: the job runs again without any use
+                wait_until(lambda: job.statistics().runs == 2, 5)
             try:
                 result = str(svc.submit(int, "42").result(5))
             except ShutdownError:
                 result = "shutdown"
-            out = f"{result} {svc.statistics().generation}"
+            if policy != "stop":
+                wait_until(lambda: job.statistics().runs == 2
+                           and job.statistics().state == "scheduled", 5)
+            out = f"{result} {svc.statistics().generation} {job.statistics().state}"
+            out += f" runs={job.statistics().runs}"
         except BaseException as exc:
             out = f"error {exc!r}"
         os.write(write_fd, out.encode())
@@ -763,5 +1120,6 @@ def test_fork_rebuilds_service(services: list[BackgroundService], policy: str) -
         data = r.read()
     _, status = os.waitpid(pid, 0)
     assert status == 0
-    assert data == ("42 1" if policy == "lazy" else "shutdown 1")
+    assert data == ("shutdown 1 closed runs=1" if policy == "stop" else "42 1 scheduled runs=2")
     assert svc.submit(int, "9").result(5) == 9  # the parent is unaffected
+    assert job.statistics().runs == 1
