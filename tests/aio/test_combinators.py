@@ -96,15 +96,17 @@ class Outcome:
     leftover_children: int = 0
 
 
-def run_scenario(name: str, plan: list[Spec], cancel_after: int | None) -> tuple[Outcome, Log]:
-    """Run the combinator in a caller task; optionally cancel the caller after N iterations."""
-    log = Log()
+def run_in_caller(body: Callable[[], Awaitable[Any]], cancel_after: int | None) -> Outcome:
+    """Run `body` in a caller task and record how it ended; optionally cancel the caller after
+    N loop iterations. Records the caller's cancelling() when it caught an error, whether
+    children outlived the call, and whether a cancellation hidden behind an exception group was
+    re-delivered at the caller's next await."""
     outcome = Outcome()
 
     async def caller() -> None:
         before = asyncio.all_tasks()
         try:
-            outcome.value = await COMBINATORS[name](*(child(i, s, log) for i, s in enumerate(plan)))
+            outcome.value = await body()
         except BaseException as exc:  # recorded for the assertions
             outcome.error = exc
             outcome.cancelling_at_catch = asyncio.current_task().cancelling()  # type: ignore[union-attr]
@@ -123,11 +125,21 @@ def run_scenario(name: str, plan: list[Spec], cancel_after: int | None) -> tuple
                 await asyncio.sleep(0)
             if not task.done():
                 task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
+        with contextlib.suppress(asyncio.CancelledError):  # cancelled before its first step
             await task
 
     asyncio.run(main())
-    return outcome, log
+    return outcome
+
+
+def run_scenario(name: str, plan: list[Spec], cancel_after: int | None) -> tuple[Outcome, Log]:
+    """Run the combinator in a caller task; optionally cancel the caller after N iterations."""
+    log = Log()
+
+    def call() -> Awaitable[Any]:
+        return COMBINATORS[name](*(child(i, s, log) for i, s in enumerate(plan)))
+
+    return run_in_caller(call, cancel_after), log
 
 
 def check_tree_properties(outcome: Outcome, log: Log) -> None:
@@ -550,38 +562,16 @@ def test_merge_tree_properties(plan: list[SourceSpec], take: int | None,
       nothing else does; each source's own order is kept and no item is delivered twice.
     """
     log = MergeLog()
-    outcome = Outcome()
     got: list[tuple[int, int]] = []
 
-    async def consumer() -> None:
-        before = asyncio.all_tasks()
-        try:
-            async with merge(*(spec_source(k, s, log) for k, s in enumerate(plan))) as items:
-                async for item in items:
-                    if take is not None and len(got) == take:
-                        break
-                    got.append(item)
-        except BaseException as exc:  # recorded for the assertions
-            outcome.error = exc
-            outcome.cancelling_at_catch = asyncio.current_task().cancelling()  # type: ignore[union-attr]
-        outcome.leftover_children = len(asyncio.all_tasks() - before)
-        if isinstance(outcome.error, BaseExceptionGroup) and outcome.cancelling_at_catch:
-            try:
-                await asyncio.sleep(0)
-            except asyncio.CancelledError:
-                outcome.redelivered = True
+    async def consume() -> None:
+        async with merge(*(spec_source(k, s, log) for k, s in enumerate(plan))) as items:
+            async for item in items:
+                if take is not None and len(got) == take:
+                    break
+                got.append(item)
 
-    async def main() -> None:
-        task = asyncio.create_task(consumer())
-        if cancel_after is not None:
-            for _ in range(cancel_after):
-                await asyncio.sleep(0)
-            if not task.done():
-                task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):  # cancelled before its first step
-            await task
-
-    asyncio.run(main())
+    outcome = run_in_caller(consume, cancel_after)
     assert outcome.leftover_children == 0, "a pulling task outlived the block"
     assert log.started <= log.cleaned, "left the block before a source finished its cleanup"
     error = outcome.error
