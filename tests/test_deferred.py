@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import os
 import signal
@@ -15,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.forking import in_forked_child
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -542,26 +542,15 @@ def test_fork_child_starts_empty_with_a_working_reaper() -> None:
         wait_until(lambda: reaper.statistics().runs == 1, 5)  # the run at open is done
         for i in range(3):
             reaper.put(i)
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                os.close(read)
-                pending = reaper.statistics().pending
-                alive = reaper._executor.statistics().thread_alive
-                reaper.put("child")
-                flushed = reaper.flush(5)
-                os.write(write, json.dumps([pending, alive, flushed, rec.items()]).encode())
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(write)
-        _, status = os.waitpid(pid, 0)
-        with os.fdopen(read) as f:
-            child = json.loads(f.read() or "null")
-        assert os.waitstatus_to_exitcode(status) == 0
-        assert child == [0, True, True, ["child"]]
+
+        def in_child() -> list[object]:
+            pending = reaper.statistics().pending
+            alive = reaper._executor.statistics().thread_alive
+            reaper.put("child")
+            flushed = reaper.flush(5)
+            return [pending, alive, flushed, rec.items()]
+
+        assert in_forked_child(in_child) == [0, True, True, ["child"]]
         assert reaper.statistics().pending == 3
         assert reaper.flush(5) and rec.items() == [0, 1, 2]
     finally:
@@ -607,28 +596,17 @@ def test_fork_while_the_handler_holds_the_reaper_lock() -> None:
         reaper.put("held")
         assert in_handler.wait(5)
         reaper.put("queued")
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                os.close(read)
-                pending = reaper.statistics().pending
-                fresh = reaper._lock.acquire(blocking=False)
-                if fresh:
-                    reaper._lock.release()
-                reaper.put("child")
-                flushed = reaper.flush(5)
-                os.write(write, json.dumps([pending, fresh, flushed, handled]).encode())
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(write)
-        _, status = os.waitpid(pid, 0)
-        with os.fdopen(read) as f:
-            child = json.loads(f.read() or "null")
-        assert os.waitstatus_to_exitcode(status) == 0
-        assert child == [0, True, True, ["child"]]
+
+        def in_child() -> list[object]:
+            pending = reaper.statistics().pending
+            fresh = reaper._lock.acquire(blocking=False)  # not the parent's held lock
+            if fresh:
+                reaper._lock.release()
+            reaper.put("child")
+            flushed = reaper.flush(5)
+            return [pending, fresh, flushed, handled]
+
+        assert in_forked_child(in_child) == [0, True, True, ["child"]]
         assert handled == [] and reaper.pending == 1  # "held" is in the handler, "queued" waits
         gate.set()
         assert reaper.flush(5)

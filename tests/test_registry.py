@@ -9,10 +9,10 @@ import sys
 import textwrap
 import threading
 import time
-import warnings
 import weakref
 
 import pytest
+from helpers.forking import in_forked_child
 
 from executors import PeriodicExecutor, registry
 from executors.testing import wait_until
@@ -203,37 +203,25 @@ def test_fork_rebuilds_executor_in_child(policy: str) -> None:
     ex = PeriodicExecutor(60, 0, target, name=f"forked-{policy}", fork_policy=policy)  # type: ignore[arg-type]
     ex.open()
     assert running.wait(5)
-    read, write = os.pipe()
     before = runs[0]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (cpython#100228)
-        pid = os.fork()
-    if pid == 0:  # child: report, then leave without running the parent's cleanup
-        code = 1
-        try:
-            stats = ex.statistics()
-            ok = stats.generation == 1
-            if policy == "eager":
-                wait_until(lambda: runs[0] > before, timeout=5)
-            elif policy == "lazy":
-                ok = ok and not ex.statistics().thread_alive
-                ex.wake()
-                wait_until(lambda: runs[0] > before, timeout=5)
-            else:
-                ok = ok and ex.closed and not ex.statistics().thread_alive
-                ex.open()
-                wait_until(lambda: runs[0] > before, timeout=5)
-            ok = ok and ex.close(wait=True, timeout=5)
-            os.write(write, b"ok" if ok else b"bad")
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write)
-    _, status = os.waitpid(pid, 0)
-    answer = os.read(read, 10)
-    os.close(read)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert answer == b"ok"
+
+    def in_child() -> str:
+        stats = ex.statistics()
+        ok = stats.generation == 1
+        if policy == "eager":
+            wait_until(lambda: runs[0] > before, timeout=5)
+        elif policy == "lazy":
+            ok = ok and not ex.statistics().thread_alive
+            ex.wake()
+            wait_until(lambda: runs[0] > before, timeout=5)
+        else:
+            ok = ok and ex.closed and not ex.statistics().thread_alive
+            ex.open()
+            wait_until(lambda: runs[0] > before, timeout=5)
+        ok = ok and ex.close(wait=True, timeout=5)
+        return "ok" if ok else f"bad {stats!r}"
+
+    assert in_forked_child(in_child) == "ok"
     # The parent's executor is untouched.
     assert ex.statistics().generation == 0 and ex.statistics().thread_alive
     assert ex.close(wait=True, timeout=5)
@@ -269,32 +257,20 @@ def test_fork_while_the_target_runs_and_the_lock_is_held() -> None:
     holder.start()
     try:
         assert locked.wait(5)
-        read, write = os.pipe()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads
-            pid = os.fork()
-        if pid == 0:  # child
-            code = 1
-            try:
-                stats = ex.statistics()
-                fresh = ex._lock.acquire(blocking=False)  # not the parent's held lock
-                if fresh:
-                    ex._lock.release()
-                ok = (stats.generation == 1 and not stats.thread_alive and fresh
-                      and stats.state == "open")
-                ex.open()
-                wait_until(lambda: os.getpid() in runs, timeout=5)
-                ok = ok and ex.close(wait=True, timeout=5)
-                os.write(write, b"ok" if ok else f"bad {stats!r} {fresh}".encode())
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(write)
-        _, status = os.waitpid(pid, 0)
-        answer = os.read(read, 1000)
-        os.close(read)
-        assert os.waitstatus_to_exitcode(status) == 0
-        assert answer == b"ok"
+
+        def in_child() -> str:
+            stats = ex.statistics()
+            fresh = ex._lock.acquire(blocking=False)  # not the parent's held lock
+            if fresh:
+                ex._lock.release()
+            ok = (stats.generation == 1 and not stats.thread_alive and fresh
+                  and stats.state == "open")
+            ex.open()
+            wait_until(lambda: os.getpid() in runs, timeout=5)
+            ok = ok and ex.close(wait=True, timeout=5)
+            return "ok" if ok else f"bad {stats!r} {fresh}"
+
+        assert in_forked_child(in_child) == "ok"
         assert ex.statistics().generation == 0 and ex.statistics().state == "running"
     finally:
         release.set()

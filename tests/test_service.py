@@ -19,6 +19,7 @@ import weakref
 from collections.abc import Iterator
 
 import pytest
+from helpers.forking import in_forked_child
 
 from executors import BackgroundService, Job, ShutdownError
 from executors.testing import VirtualClock, wait_until
@@ -1096,30 +1097,21 @@ def test_fork_rebuilds_service(services: list[BackgroundService], policy: str) -
     assert ran.wait(5)
     wait_until(lambda: job.statistics().runs == 1)
     assert svc.submit(int, "7").result(5) == 7
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: report through the pipe, never return into pytest
+
+    def in_child() -> str:
+        if policy == "eager":  # restarted already: the job runs again without any use
+            wait_until(lambda: job.statistics().runs == 2, 5)
         try:
-            if policy == "eager":  # restarted already: the job runs again without any use
-                wait_until(lambda: job.statistics().runs == 2, 5)
-            try:
-                result = str(svc.submit(int, "42").result(5))
-            except ShutdownError:
-                result = "shutdown"
-            if policy != "stop":
-                wait_until(lambda: job.statistics().runs == 2
-                           and job.statistics().state == "scheduled", 5)
-            out = f"{result} {svc.statistics().generation} {job.statistics().state}"
-            out += f" runs={job.statistics().runs}"
-        except BaseException as exc:
-            out = f"error {exc!r}"
-        os.write(write_fd, out.encode())
-        os._exit(0)
-    os.close(write_fd)
-    with os.fdopen(read_fd) as r:
-        data = r.read()
-    _, status = os.waitpid(pid, 0)
-    assert status == 0
-    assert data == ("shutdown 1 closed runs=1" if policy == "stop" else "42 1 scheduled runs=2")
+            result = str(svc.submit(int, "42").result(5))
+        except ShutdownError:
+            result = "shutdown"
+        if policy != "stop":
+            wait_until(lambda: job.statistics().runs == 2
+                       and job.statistics().state == "scheduled", 5)
+        return (f"{result} {svc.statistics().generation} {job.statistics().state}"
+                f" runs={job.statistics().runs}")
+
+    assert in_forked_child(in_child) == (
+        "shutdown 1 closed runs=1" if policy == "stop" else "42 1 scheduled runs=2")
     assert svc.submit(int, "9").result(5) == 9  # the parent is unaffected
     assert job.statistics().runs == 1

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import pytest
+from helpers.forking import in_forked_child
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -274,19 +275,14 @@ def test_fork_child_sees_a_closed_portal_and_can_open_a_new_one(portal: Portal) 
     """In a forked child the parent's portal is closed (no loop thread there): calls fail
     fast with ShutdownError; a new portal works."""
     assert portal.call(asyncio.sleep, 0, 1) == 1
-    pid = os.fork()
-    if pid == 0:  # the child: report through the exit code only
-        code = 1
-        try:
-            try:
-                portal.call(asyncio.sleep, 0)
-            except ShutdownError:
-                with Portal() as fresh:
-                    code = 0 if fresh.call(asyncio.sleep, 0, 5) == 5 else 2
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+
+    def in_child() -> int:
+        with pytest.raises(ShutdownError):
+            portal.call(asyncio.sleep, 0)
+        with Portal() as fresh:
+            return fresh.call(asyncio.sleep, 0, 5)
+
+    assert in_forked_child(in_child) == 5
     assert portal.call(asyncio.sleep, 0, 2) == 2
 
 

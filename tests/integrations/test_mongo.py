@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pymongo
 import pytest
+from helpers.forking import in_forked_child
 from pymongo import monitoring
 
 from executors import ClosedError, PeriodicExecutor
@@ -362,29 +363,17 @@ def test_fork_child_starts_empty_and_parent_keeps_its_kills(
         for cid in ids:
             reaper.kill_soon(cid, f"{DB}.docs")
         assert reaper.statistics().pending == 5
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # child
-            code = 1
-            try:
-                os.close(read)
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # pymongo: "MongoClient opened before fork"
-                    pending = reaper.statistics().pending
-                    own = int(client[DB].command("find", "docs", batchSize=1)["cursor"]["id"])
-                    reaper.kill_soon(own, f"{DB}.docs")
-                    flushed = reaper.flush(10)
-                    killed = reaper.statistics().killed
-                os.write(write, json.dumps([pending, flushed, killed]).encode())
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(write)
-        _, status = os.waitpid(pid, 0)
-        with os.fdopen(read) as f:
-            child = json.loads(f.read() or "null")
-        assert os.waitstatus_to_exitcode(status) == 0
-        assert child == [0, True, 1]
+
+        def in_child() -> list[object]:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # pymongo: "MongoClient opened before fork"
+                pending = reaper.statistics().pending
+                own = int(client[DB].command("find", "docs", batchSize=1)["cursor"]["id"])
+                reaper.kill_soon(own, f"{DB}.docs")
+                flushed = reaper.flush(10)
+                return [pending, flushed, reaper.statistics().killed]
+
+        assert in_forked_child(in_child) == [0, True, 1]
         assert all(alive(opener, cid) for cid in ids)  # the child did not kill the parent's
         assert reaper.statistics().pending == 5
         assert reaper.flush(10)
