@@ -14,6 +14,7 @@ import weakref
 from collections.abc import Iterator
 
 import pytest
+from helpers.locking import held_by_another_thread
 
 from executors import PeriodicExecutor, registry
 from executors.testing import VirtualClock, wait_until
@@ -279,42 +280,31 @@ def test_close_and_wake_from_signal_handler_and_destructor(
     ex = make(executors_to_close, 60, 0, target)
     ex.open()
     assert target.wait_for(1)
-    locked, unlock = threading.Event(), threading.Event()
-
-    def hold_lock() -> None:
-        with ex._lock:
-            locked.set()
-            unlock.wait(10)
-
-    holder = threading.Thread(target=hold_lock)
-    holder.start()
-    assert locked.wait(5)
     handled = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:
         ex.wake()
         handled.set()
 
-    old = signal.signal(signal.SIGUSR1, on_signal)
-    try:
-        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGUSR1)
-        wait_until(handled.is_set, 5)  # handlers run on the main thread between bytecodes
-    finally:
-        signal.signal(signal.SIGUSR1, old)
-    assert target.wait_for(2)  # the run needs no lock
-
     class Dying:
         def __del__(self) -> None:
             ex.close()
 
-    d = Dying()
-    d.me = d  # type: ignore[attr-defined]
-    del d
-    gc.collect()  # a destructor that took the lock would hang here
-    assert ex.closed
-    assert ex.join(0.05) is False  # the thread decides to exit under the lock: it waits
-    unlock.set()
-    holder.join(5)
+    with held_by_another_thread(ex._lock):
+        old = signal.signal(signal.SIGUSR1, on_signal)
+        try:
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGUSR1)
+            wait_until(handled.is_set, 5)  # handlers run on the main thread between bytecodes
+        finally:
+            signal.signal(signal.SIGUSR1, old)
+        assert target.wait_for(2)  # the run needs no lock
+
+        d = Dying()
+        d.me = d  # type: ignore[attr-defined]
+        del d
+        gc.collect()  # a destructor that took the lock would hang here
+        assert ex.closed
+        assert ex.join(0.05) is False  # the thread decides to exit under the lock: it waits
     assert ex.join(5)
     assert target.calls == 2
 
@@ -615,25 +605,13 @@ def test_gc_of_owner_in_cycle_while_lock_held_does_not_deadlock() -> None:
     owner.cycle = owner  # type: ignore[attr-defined]
     assert counter.wait_for(1)
     ex = owner.executor
-    locked = threading.Event()
-    unlock = threading.Event()
-
-    def hold_lock() -> None:
-        with ex._lock:
-            locked.set()
-            unlock.wait(10)
-
-    holder = threading.Thread(target=hold_lock)
-    holder.start()
-    assert locked.wait(5)
-    del owner
-    t0 = time.perf_counter()
-    gc.collect()
-    gc.collect()
-    assert time.perf_counter() - t0 < 2
-    assert ex.closed
-    unlock.set()
-    holder.join(5)
+    with held_by_another_thread(ex._lock):
+        del owner
+        t0 = time.perf_counter()
+        gc.collect()
+        gc.collect()
+        assert time.perf_counter() - t0 < 2
+        assert ex.closed
     assert ex.join(5)
 
 

@@ -13,6 +13,7 @@ import weakref
 
 import pytest
 from helpers.forking import in_forked_child
+from helpers.locking import held_by_another_thread
 
 from executors import PeriodicExecutor, registry
 from executors.testing import wait_until
@@ -234,7 +235,6 @@ def test_fork_while_the_target_runs_and_the_lock_is_held() -> None:
     and open() there ("lazy" policy) runs it again; the parent carries on untouched."""
     parent = os.getpid()
     in_run, release = threading.Event(), threading.Event()
-    locked, unlock = threading.Event(), threading.Event()
     runs: list[int] = []
 
     def target() -> bool:
@@ -248,34 +248,24 @@ def test_fork_while_the_target_runs_and_the_lock_is_held() -> None:
     ex.open()
     assert in_run.wait(5)
 
-    def hold_lock() -> None:
-        with ex._lock:
-            locked.set()
-            unlock.wait(10)
+    def in_child() -> str:
+        stats = ex.statistics()
+        fresh = ex._lock.acquire(blocking=False)  # not the parent's held lock
+        if fresh:
+            ex._lock.release()
+        ok = (stats.generation == 1 and not stats.thread_alive and fresh
+              and stats.state == "open")
+        ex.open()
+        wait_until(lambda: os.getpid() in runs, timeout=5)
+        ok = ok and ex.close(wait=True, timeout=5)
+        return "ok" if ok else f"bad {stats!r} {fresh}"
 
-    holder = threading.Thread(target=hold_lock)
-    holder.start()
     try:
-        assert locked.wait(5)
-
-        def in_child() -> str:
-            stats = ex.statistics()
-            fresh = ex._lock.acquire(blocking=False)  # not the parent's held lock
-            if fresh:
-                ex._lock.release()
-            ok = (stats.generation == 1 and not stats.thread_alive and fresh
-                  and stats.state == "open")
-            ex.open()
-            wait_until(lambda: os.getpid() in runs, timeout=5)
-            ok = ok and ex.close(wait=True, timeout=5)
-            return "ok" if ok else f"bad {stats!r} {fresh}"
-
-        assert in_forked_child(in_child) == "ok"
-        assert ex.statistics().generation == 0 and ex.statistics().state == "running"
+        with held_by_another_thread(ex._lock):
+            assert in_forked_child(in_child) == "ok"
+            assert ex.statistics().generation == 0 and ex.statistics().state == "running"
     finally:
         release.set()
-        unlock.set()
-        holder.join(5)
     wait_until(lambda: ex.statistics().state == "open", 5)
     assert runs == [parent]
     assert ex.close(wait=True, timeout=5)
