@@ -30,10 +30,10 @@ from executors.aio import (
 from executors.aio import channels as _channels_protocol
 from executors.errors import ChannelClosed
 
-from ._bridge_waiter import PortalFuture, ThreadWaiter
+from ._waiter import PortalFuture, ThreadWaiter
 
 if TYPE_CHECKING:
-    from .bridge import Portal
+    from ._portal import Portal
 
 __all__ = (
     "BlockingSemaphore",

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from executors.errors import ShutdownError
 
-from ._bridge_waiter import PortalFuture, ThreadWaiter
+from ._waiter import PortalFuture, ThreadWaiter
 
 __all__ = ("PortalCore", "shutdown_error")
 

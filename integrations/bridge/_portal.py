@@ -1,16 +1,4 @@
-"""The bridge: a Portal runs an event loop for plain threads, which share its primitives' FIFOs.
-
-Two directions:
-
-- Threads into asyncio: `Portal` runs (or attaches to) an event loop; threads call coroutines
-  on it (`Portal.call`, `Portal.start_task_soon`) and use the loop's aio primitives through
-  blocking views with `threading`-style APIs (`Portal.semaphore`, `Portal.lock`,
-  `Portal.channel`, `Portal.select`, `Portal.task_group`). A thread's blocking call parks a
-  `ThreadWaiter` in the primitive's own FIFO (no Task per call, no second queue), so threads
-  and tasks are served in one order.
-- Asyncio into threads: ``await run_sync(fn, *args)`` runs blocking code in a worker thread,
-  under a thread limiter, with the caller's contextvars, waiting for the thread on cancellation.
-"""
+"""Portal: a background event loop that plain threads call into and share primitives through."""
 
 from __future__ import annotations
 
@@ -32,30 +20,18 @@ from executors.aio import Channel as _Channel
 from executors.aio import Lock, Operation, SelectResult, Semaphore
 from executors.errors import ShutdownError
 
-from ._bridge_core import PortalCore
-from ._bridge_core import shutdown_error as _shutdown_error
-from ._bridge_run_sync import default_limiter, run_sync
-from ._bridge_views import (
+from ._core import PortalCore
+from ._core import shutdown_error as _shutdown_error
+from ._views import (
     BlockingChannel,
     BlockingLock,
     BlockingSemaphore,
     BlockingTaskGroup,
     select_blocking,
 )
-from ._bridge_waiter import PortalFuture, ThreadWaiter
+from ._waiter import PortalFuture, ThreadWaiter
 
-__all__ = (
-    "Portal",
-    "PortalStatistics",
-    "PortalFuture",
-    "ThreadWaiter",
-    "BlockingSemaphore",
-    "BlockingLock",
-    "BlockingChannel",
-    "BlockingTaskGroup",
-    "run_sync",
-    "default_limiter",
-)
+__all__ = ("Portal", "PortalStatistics")
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")

@@ -1,0 +1,39 @@
+"""The bridge: a Portal runs an event loop for plain threads, which share its primitives' FIFOs.
+
+Two directions:
+
+- Threads into asyncio: `Portal` runs (or attaches to) an event loop; threads call coroutines
+  on it (`Portal.call`, `Portal.start_task_soon`) and use the loop's aio primitives through
+  blocking views with `threading`-style APIs (`Portal.semaphore`, `Portal.lock`,
+  `Portal.channel`, `Portal.select`, `Portal.task_group`). A thread's blocking call parks a
+  `ThreadWaiter` in the primitive's own FIFO (no Task per call, no second queue), so threads
+  and tasks are served in one order.
+- Asyncio into threads: ``await run_sync(fn, *args)`` runs blocking code in a worker thread,
+  under a thread limiter, with the caller's contextvars, waiting for the thread on cancellation.
+"""
+
+from __future__ import annotations
+
+from ._portal import Portal as Portal
+from ._portal import PortalStatistics as PortalStatistics
+from ._run_sync import default_limiter as default_limiter
+from ._run_sync import run_sync as run_sync
+from ._views import BlockingChannel as BlockingChannel
+from ._views import BlockingLock as BlockingLock
+from ._views import BlockingSemaphore as BlockingSemaphore
+from ._views import BlockingTaskGroup as BlockingTaskGroup
+from ._waiter import PortalFuture as PortalFuture
+from ._waiter import ThreadWaiter as ThreadWaiter
+
+__all__ = (
+    "Portal",
+    "PortalStatistics",
+    "PortalFuture",
+    "ThreadWaiter",
+    "BlockingSemaphore",
+    "BlockingLock",
+    "BlockingChannel",
+    "BlockingTaskGroup",
+    "run_sync",
+    "default_limiter",
+)

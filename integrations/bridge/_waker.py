@@ -1,0 +1,99 @@
+"""Resolve asyncio futures from any thread: one waker per loop, one loop wake-up per burst.
+
+The shared primitives (`SharedChannel`, `SharedSemaphore`, ...) keep their state behind their own
+mutex, so a thread completes a hand-off to a parked task by itself; only the *resumption* of that
+task must run on the task's loop (an asyncio future is resolved on its own loop's thread, never
+elsewhere). `LoopWaker.post` queues that resumption. The first post of a burst schedules one
+`call_soon_threadsafe(flush)`; the posts that follow before the flush runs are plain appends, so
+a thread handing 64 values to 64 parked tasks of one loop wakes that loop once (culsans and
+aiologic pay one `call_soon_threadsafe` per waiter; research/bridge_shared_state.md).
+
+Atomic operations relied on (the module does not rely on the GIL beyond these):
+``collections.deque.append``/``popleft`` (documented thread-safe), and reading or writing one
+attribute. The ``_scheduled`` flag may be seen stale by a racing poster: the flush clears it
+*before* draining, so a post that reads the flag as set has appended before the drain began and
+is drained by it; two posters that both read it clear schedule two flushes (harmless: the second
+finds nothing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import Final, final
+
+__all__ = ("LoopWaker", "waker_for")
+
+
+@final
+class LoopWaker:
+    """The resumptions queued for one event loop's thread (see the module docstring)."""
+
+    __slots__ = ("__weakref__", "_loop", "_pending", "_scheduled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop: Final = loop
+        self._pending: deque[tuple[Callable[[object], object], object]] = deque()
+        self._scheduled = False
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    def post(self, fn: Callable[[object], object], arg: object) -> bool:
+        """Run ``fn(arg)`` on the loop's thread soon; from any thread, without a lock.
+
+        Returns False when the loop is closed (nothing will run): the caller then treats the
+        waiter it meant to resume as dead and serves the next party.
+        Safe from ``__del__``, weakref callbacks and signal handlers (no lock is taken here;
+        ``call_soon_threadsafe`` writes to the loop's self-pipe).
+        """
+        if self._loop.is_closed():
+            return False
+        self._pending.append((fn, arg))
+        if self._scheduled:
+            return True
+        self._scheduled = True
+        try:
+            self._loop.call_soon_threadsafe(self._flush)
+        except RuntimeError:  # the loop is closed: nothing queued here will ever run
+            self._scheduled = False
+            self._pending.clear()
+            return False
+        return True
+
+    def _flush(self) -> None:
+        # Clear the flag before draining: a racing post either lands before the drain ends (and is
+        # drained here) or sees the flag clear and schedules another flush.
+        self._scheduled = False
+        pending = self._pending
+        while pending:
+            fn, arg = pending.popleft()
+            fn(arg)
+
+    def __repr__(self) -> str:
+        return f"<LoopWaker loop={self._loop!r} pending={len(self._pending)}>"
+
+
+_wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWaker] = (
+    weakref.WeakKeyDictionary()
+)
+_wakers_lock = threading.Lock()
+
+
+def waker_for(loop: asyncio.AbstractEventLoop) -> LoopWaker:
+    """The one `LoopWaker` of `loop` (made on first use; it dies with the loop).
+
+    Call it on the loop's own thread when a task parks, and keep the result on the waiter: the
+    thread that later resumes the task then needs no lookup.
+    """
+    waker = _wakers.get(loop)
+    if waker is None:
+        with _wakers_lock:
+            waker = _wakers.get(loop)
+            if waker is None:
+                waker = _wakers[loop] = LoopWaker(loop)
+    return waker
