@@ -931,6 +931,8 @@ class ChannelMachine(RuleBasedStateMachine):
     def resize(self, size: int) -> None:
         self.ch = Channel(size)
         self.size = size
+        # "Drained" was a fact about the old channel: the new one starts open and empty.
+        self.drained_seen = False
 
     def _value(self) -> int:
         self.next_value += 1
@@ -1049,6 +1051,28 @@ ChannelMachine.TestCase.settings = settings(
     max_examples=40, stateful_step_count=30, deadline=None
 )
 test_channel_state_machine = ChannelMachine.TestCase
+
+
+def test_channel_machine_resize_after_drained_is_a_new_channel() -> None:
+    """The model itself: close -> get_nowait ("drained") -> resize(1) -> send_nowait is correct
+    behaviour (the value lands in the new channel), not "a value reappeared after drained".
+    Hypothesis once found this sequence; the resize rule must forget the old channel's flag."""
+    machine = ChannelMachine()
+    try:
+        machine.channel_invariants()
+        machine.close()
+        machine.channel_invariants()
+        machine.get_nowait()
+        machine.channel_invariants()
+        assert machine.drained_seen
+        assert not machine.tasks and machine.next_value == 0  # resize's precondition holds
+        machine.resize(1)
+        machine.channel_invariants()
+        machine.send_nowait()
+        machine.channel_invariants()
+        assert len(machine.ch) == 1
+    finally:
+        machine.teardown()
 
 
 def test_deferred_cancellation_keeps_cancel_count() -> None:
