@@ -1,0 +1,224 @@
+"""The waiters that shared primitives park: a thread's or a task's, each with a one-shot claim.
+
+A *shared primitive* (`SharedChannel`, `SharedSemaphore`, `SharedLock`, `Queue`) keeps its state
+behind its own short ``threading.Lock`` (its *mutex*) and parks whoever must wait as one of the
+waiters below, in a FIFO of its own. The API, for a primitive's author:
+
+- **Park.** A thread makes ``w = SharedThreadWaiter()``; a task makes ``w = SharedTaskWaiter()``
+  on its running loop (the loop's `LoopWaker` is captured then). Under the mutex, after the
+  fast path failed, append ``w`` (or a registration pointing to it) to the FIFO. A select appends
+  ONE waiter to every case's FIFO.
+- **Hand over.** Under the mutex, pop the head and call ``w.claim(value)``: it stores `value` on
+  the waiter and takes the waiter's one-shot token *in one step*, then starts the wake-up. True:
+  the waiter owns `value` now (the hand-off's linearization point). False: the waiter is gone
+  (gave up, already claimed through another case of its select, its loop is closed); the
+  primitive keeps `value` and tries the next waiter. A permit is just a value (``claim(None)``).
+  `claim` never blocks and runs no user code: a thread waiter's lock is released, a task
+  waiter's future is resolved directly when the claimer runs on the task's loop, else posted to
+  the loop's waker (one ``call_soon_threadsafe`` per burst).
+- **Wait.** A thread calls ``w.wait(timeout)``: True when claimed (the value is in ``w.value``),
+  False when the timeout expired and the thread gave up first (it owns nothing; remove its
+  registration under the mutex). A timeout that loses the race with a claim returns True: the
+  hand-off's result stands. A task awaits ``w.future`` and then reads ``w.value``.
+- **Give up.** ``w.abandon()``: True if the waiter owned nothing and now never will (remove its
+  registration under the mutex); False if it was claimed first. A thread interrupted inside
+  `wait` (Ctrl-C) has already abandoned or waited for the delivery when the exception leaves
+  `wait`: check ``w.claimed`` and hand ``w.value`` back. A cancelled task calls ``abandon()``;
+  on False, ``w.value`` is valid once the task has acquired (and released) the mutex of every
+  primitive the waiter is registered with: the claim stored it under one of them. Its leave
+  section takes that mutex anyway, then hands the value (or permit) back.
+- A waiter is used once (one wait); make a new one for the next.
+
+Why claim and store are one step: if the token were taken before the value is stored, a
+cancellation landing in between would find the waiter claimed but empty, and report a taken
+send as not sent or lose a received value (research/bridge_shared_state.md, bug 2). Here the
+claimer holds the mutex across both, and whoever inspects a claimed waiter either waits for the
+thread waiter's lock (released after the store) or takes that mutex first.
+
+Atomic operations relied on (no reliance on the GIL beyond these; each is atomic on
+free-threaded CPython as well, where list and deque operations take the object's own lock):
+
+- ``list.pop()`` on the one-element token list: exactly one of any number of concurrent callers
+  gets the element, the others get ``IndexError``. That is the one-shot claim, and ``abandon``
+  is the same pop (so "claimed" and "gave up" cannot both win).
+- ``threading.Lock.release``/``acquire`` for a thread waiter's parking (the release
+  happens-before the acquire that returns, so the stored value is seen by the woken thread).
+- ``collections.deque.append``/``popleft`` inside `LoopWaker.post`/flush (see `_waker`).
+- Reading or writing one attribute (``value``, ``future``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import ClassVar, Final, final
+
+from ._waker import LoopWaker, waker_for
+
+__all__ = ("SharedWaiter", "SharedThreadWaiter", "SharedTaskWaiter", "UNSET")
+
+
+class _Unset:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+#: ``value`` of a waiter that has not been handed anything.
+UNSET: Final = _Unset()
+
+
+class SharedWaiter:
+    """A party parked in a shared primitive's FIFO (see the module docstring). Hashable by id."""
+
+    __slots__ = ("__weakref__", "_token", "value")
+
+    #: True for a task: a claimed task must still resume on its loop before it uses the value,
+    #: and may be cancelled before that (it then hands the value back). A channel counts such
+    #: values as in flight. False for a thread: a successful claim completes the hand-off.
+    resumes_on_loop: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        self._token: list[None] = [None]
+        self.value: object = UNSET
+
+    def claim(self, value: object) -> bool:
+        """Store `value` and take the waiter, under the primitive's mutex; True if it took it."""
+        raise NotImplementedError
+
+    def abandon(self) -> bool:
+        """Give up: True if nothing was (or ever will be) handed to this waiter."""
+        try:
+            self._token.pop()
+        except IndexError:
+            return False
+        return True
+
+    @property
+    def claimed(self) -> bool:
+        """True once the token is taken and the value stored (for a thread: after `wait`)."""
+        return self.value is not UNSET
+
+    @property
+    def waiting(self) -> bool:
+        """True while the token is still there: nobody claimed the waiter, it did not give up."""
+        return bool(self._token)
+
+
+@final
+class SharedThreadWaiter(SharedWaiter):
+    """A plain thread parked in a shared primitive: it blocks on a lock of its own (no CPU)."""
+
+    __slots__ = ("_parked",)
+
+    resumes_on_loop: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._parked = threading.Lock()
+        self._parked.acquire()  # released once, by the claimer, after storing the value
+
+    def claim(self, value: object) -> bool:
+        token = self._token
+        try:
+            token.pop()
+        except IndexError:
+            return False
+        self.value = value
+        self._parked.release()
+        return True
+
+    def wait(self, timeout: float | None) -> bool:
+        """Block until claimed (True) or `timeout` seconds pass and the thread gives up (False).
+
+        A claim that wins against the timeout makes this return True. An exception raised while
+        blocked (KeyboardInterrupt from a signal handler) propagates only after the waiter gave
+        up or its delivery completed: the caller then checks `claimed` and hands the value back.
+        """
+        parked = self._parked
+        try:
+            if parked.acquire(True, -1 if timeout is None else max(timeout, 0.0)):
+                return True
+        except BaseException:
+            self._settle()
+            raise
+        if self.abandon():
+            return False
+        self._settle()
+        return True
+
+    def _settle(self) -> None:
+        # The thread stopped waiting (timeout, or an exception while blocked): either it gives up
+        # now, or a claimer took the token first and stores the value within a few instructions
+        # under its mutex. Wait for the value itself, not for the lock: the thread may already
+        # hold the lock (an exception raised just after acquire returned).
+        if self.abandon():
+            return
+        parked = self._parked
+        while self.value is UNSET:
+            try:
+                parked.acquire(True, 0.001)
+            except BaseException:  # a second Ctrl-C: the delivery is still imminent, wait on
+                continue
+
+    def __repr__(self) -> str:
+        state = "claimed" if self.claimed else "waiting" if self._token else "gave up"
+        return f"<SharedThreadWaiter {state}>"
+
+
+@final
+class SharedTaskWaiter(SharedWaiter):
+    """A task parked in a shared primitive: a future of its loop and that loop's waker.
+
+    Make it on the task's running loop. The future is resolved only on that loop's thread:
+    directly when the claimer runs there, else through the loop's `LoopWaker`. A claim on a
+    closed loop fails (the task will never run): the primitive serves the next party.
+    """
+
+    __slots__ = ("_loop", "future", "waker")
+
+    resumes_on_loop: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self.future: asyncio.Future[None] = loop.create_future()
+        self.waker: LoopWaker = waker_for(loop)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    def claim(self, value: object) -> bool:
+        loop = self._loop
+        if loop.is_closed():
+            self.abandon()  # dead: nobody can ever resume it
+            return False
+        token = self._token
+        try:
+            token.pop()
+        except IndexError:
+            return False
+        self.value = value
+        if asyncio._get_running_loop() is loop:
+            _resume(self.future)
+        elif not self.waker.post(_resume, self.future):  # type: ignore[arg-type]
+            # The loop closed meanwhile: the task never resumes, so it never took the value.
+            # Nobody else can see this waiter any more (its token is gone): undo the store and
+            # report failure, the claimer keeps the value and serves the next party.
+            self.value = UNSET
+            return False
+        return True
+
+    def __repr__(self) -> str:
+        state = "claimed" if self.claimed else "waiting" if self._token else "gave up"
+        return f"<SharedTaskWaiter {state} loop={id(self._loop):#x}>"
+
+
+def _resume(future: asyncio.Future[None]) -> None:
+    # On the future's loop. A cancelled future (the task is being cancelled) is left alone: the
+    # task's leave section sees the claim and hands the value back.
+    if not future.done():
+        future.set_result(None)
