@@ -36,17 +36,29 @@ NOT_REFERENCED = {"executors.cli"}
 
 
 def public_modules() -> list[str]:
-    """Dotted names of the public modules (no part starts with `_`), in a stable order."""
+    """Dotted names of the public modules, in a stable order.
+
+    A module is public when no part of its name starts with `_`. A package is referenced on its
+    own page when it has no public submodule (``integrations.bridge``: its names live in private
+    modules); a package with public submodules (``executors``, ``executors.aio``) only re-exports
+    them, and their pages document the names.
+    """
     names = []
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
             parts = path.relative_to(ROOT).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+                if any(not p.name.startswith("_") for p in path.parent.glob("*.py")) or any(
+                        (d / "__init__.py").is_file() and not d.name.startswith("_")
+                        for d in path.parent.iterdir()):
+                    continue
             if any(part.startswith("_") for part in parts):
                 continue
             name = ".".join(parts)
             if name not in NOT_REFERENCED:
                 names.append(name)
-    return names
+    return sorted(names)
 
 
 def _topics() -> list[str]:

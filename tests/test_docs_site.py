@@ -6,9 +6,15 @@ the built site served on a loopback port: no DevTools protocol, no extra Python 
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import functools
+import html
 import html.parser
 import http.server
+import importlib
+import importlib.util
+import inspect
 import json
 import os
 import re
@@ -16,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import types
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,12 +43,9 @@ CHROMIUM_FLAGS = (
 
 
 def _public_modules() -> list[str]:
-    names = []
-    for package in ("executors", "integrations"):
-        for path in sorted((ROOT / package).rglob("*.py")):
-            parts = path.relative_to(ROOT).with_suffix("").parts
-            if not any(p.startswith("_") for p in parts) and ".".join(parts) != "executors.cli":
-                names.append(".".join(parts))
+    """The modules with an API reference page: docs/hooks.py's rule (the site follows it)."""
+    pytest.importorskip("mkdocs", reason="the docs extra is not installed (pip install '.[docs]')")
+    names: list[str] = _docs_module("hooks").public_modules()
     return names
 
 
@@ -383,3 +387,107 @@ def test_changelog_page_shows_the_changelog(site: Path) -> None:
     first_entry = next(line for line in (ROOT / "CHANGELOG.md").read_text().splitlines()
                        if line.startswith("## "))
     assert first_entry[3:] in page
+
+
+# -- the API reference shows every field with its meaning ----------------------------------------
+
+
+def _docs_module(name: str) -> types.ModuleType:
+    """A module of docs/ (hooks.py, griffe_fields.py), imported from its file."""
+    spec = importlib.util.spec_from_file_location(f"_docs_{name}", DOCS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _field_meanings(cls: type) -> dict[str, str | None]:
+    """Each dataclass field of `cls` and the meaning its source gives it: the ``#:`` comment
+    above it, else its entry in the class docstring's ``Attributes:`` section (or None)."""
+    griffe = pytest.importorskip("griffe")
+    comment_above = _docs_module("griffe_fields").comment_above
+    source_file = inspect.getsourcefile(cls)
+    assert source_file is not None
+    lines = Path(source_file).read_text().splitlines()
+    tree = ast.parse("\n".join(lines))
+    node = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
+    comments = {st.target.id: comment_above(lines, st.lineno) for st in node.body
+                if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)}
+    table: dict[str, str] = {}
+    for section in griffe.parse_google(griffe.Docstring(inspect.getdoc(cls) or ""), warnings=False):
+        if isinstance(section, griffe.DocstringSectionAttributes):
+            table.update({entry.name: entry.description for entry in section.value})
+    return {f.name: comments.get(f.name) or table.get(f.name)
+            for f in dataclasses.fields(cls) if not f.name.startswith("_")}
+
+
+def _public_dataclasses() -> list[type]:
+    """Every dataclass exported by a public module, once."""
+    found: dict[str, type] = {}
+    for module_name in _public_modules():
+        module = importlib.import_module(module_name)
+        for name in getattr(module, "__all__", ()):
+            obj = getattr(module, name)
+            if isinstance(obj, type) and dataclasses.is_dataclass(obj):
+                found.setdefault(f"{obj.__module__}.{obj.__qualname__}", obj)
+    return [found[key] for key in sorted(found)]
+
+
+def _plain(text: str) -> str:
+    """`text` with no Markdown code marks and no whitespace (rendering moves spaces around)."""
+    return "".join(text.replace("`", "").split())
+
+
+def _reference_entries(site: Path, cls: type) -> dict[str, str]:
+    """The built reference's entry of each member of `cls`: its id's suffix -> its plain text
+    up to the next member's heading."""
+    for page in sorted((site / "reference").glob("*/index.html")):
+        text = page.read_text()
+        match = re.search(rf'id="([\w.]+\.{cls.__name__})"', text)
+        if match is None:
+            continue
+        prefix = match.group(1) + "."
+        heads = [(m.start(), m.group(1)) for m in re.finditer(r'id="([\w.]+)"', text)]
+        entries = {}
+        for (start, ident), (end, _) in zip(heads, [*heads[1:], (len(text), "")], strict=True):
+            if ident.startswith(prefix) and "." not in ident[len(prefix):]:
+                chunk = html.unescape(re.sub(r"<[^>]+>", " ", text[start:end]))
+                entries[ident[len(prefix):]] = _plain(chunk)
+        return entries
+    raise AssertionError(f"no reference page documents {cls.__qualname__}")
+
+
+REFERENCE_CLASSES = ("executors.ServiceStatus", "executors.aio.SemaphoreStatistics",
+                     "executors.ShutdownReport", "executors.JobStatistics",
+                     "executors.ServiceStatistics", "executors.aio.ChannelStatistics",
+                     "executors.PeriodicExecutorStatistics", "integrations.bridge.PortalStatistics")
+
+
+@pytest.mark.timeout(360)
+@pytest.mark.parametrize("dotted", REFERENCE_CLASSES)
+def test_reference_shows_every_field_with_its_meaning(site: Path, dotted: str) -> None:
+    """The API reference lists each public field of a statistics or status dataclass under its
+    own anchor, with the meaning its source gives it (a ``#:`` comment above the field, read by
+    docs/griffe_fields.py, or the class docstring's ``Attributes:`` entry)."""
+    module_name, _, name = dotted.rpartition(".")
+    cls = getattr(importlib.import_module(module_name), name)
+    entries = _reference_entries(site, cls)
+    meanings = _field_meanings(cls)
+    assert meanings, f"{dotted} has no public field"
+    missing = [field for field in meanings if field not in entries]
+    assert not missing, f"the reference shows no entry for {dotted} fields {missing}"
+    unexplained = [field for field, meaning in meanings.items()
+                   if meaning and _plain(meaning)[:50] not in entries[field]]
+    assert not unexplained, (f"the reference shows {dotted} fields {unexplained} without "
+                             "the meaning their source gives them")
+
+
+@pytest.mark.xfail(reason="issue 17: fields still without a `#:` comment (or Attributes: entry) "
+                          "in modules their owners are editing; the failure lists them")
+def test_every_public_dataclass_field_has_a_meaning() -> None:
+    """Every field of every public dataclass says what it means in the source (a ``#:`` comment
+    above it or an ``Attributes:`` entry), so the reference can show it."""
+    undocumented = [f"{cls.__module__}.{cls.__qualname__}.{field}"
+                    for cls in _public_dataclasses()
+                    for field, meaning in _field_meanings(cls).items() if not meaning]
+    assert not undocumented, "fields without a meaning:\n" + "\n".join(undocumented)
