@@ -149,6 +149,9 @@ class ShutdownReport:
     cancelled_submissions: int
     #: Real seconds the shutdown took.
     elapsed: float
+    #: Jobs whose due run was still queued behind a busy pool at the deadline: it never
+    #: started and never will (runs not started by the shutdown are dropped, not executed).
+    dropped_jobs: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return self.completed
@@ -176,6 +179,7 @@ class Job:
         "_delay",
         "_due",
         "_errors",
+        "_executing",
         "_executor",
         "_fn",
         "_heavy",
@@ -201,6 +205,7 @@ class Job:
         "_skipped",
         "_stopped",
         "_token",
+        "_wake_posted",
         "_wake_requested",
         "_wake_requests",
     )
@@ -232,11 +237,18 @@ class Job:
         self._nominal: float | None = None  # the grid time of the next run (before jitter)
         self._due: float | None = None  # when the next run is due (nominal + jitter)
         self._last_nominal: float | None = None
+        # _running: handed to the pool (or the scheduler) for a run; _executing: that run has
+        # started (a run queued behind a busy pool is _running but not _executing, and a
+        # shutdown drops it: ShutdownReport.dropped_jobs).
         self._running = False
+        self._executing = False
         self._paused = False
         self._cancelled = False
         self._stopped = False
         self._wake_requested = False
+        # True while a wake message of this job is in the scheduler's queue: repeated wakes
+        # post one message, so the queue stays bounded however often wake() is called.
+        self._wake_posted = False
         # Statistics.
         self._runs = 0
         self._errors = 0
@@ -264,18 +276,22 @@ class Job:
             executor.wake()
             return
         self._wake_requested = True
-        self._service._post((_WAKE, self))
+        if not self._wake_posted:  # cleared by the scheduler before it reads _wake_requested
+            self._wake_posted = True
+            self._service._post((_WAKE, self))
 
     def cancel(self, dummy: object = None) -> None:
         """End the job for good; a run in progress finishes. Takes no lock (destructor-safe).
 
         The job leaves the service's `jobs` and `status()` once the scheduler has seen it.
         """
+        already = self._cancelled
         self._cancelled = True
         executor = self._executor
         if executor is not None:
             executor.close()
-        self._service._post((_CANCEL, self))
+        if not already:  # one message per job: the queue stays bounded
+            self._service._post((_CANCEL, self))
 
     def pause(self) -> None:
         """Stop scheduling runs until `resume()`; a run in progress finishes."""
@@ -333,13 +349,14 @@ class Job:
             return "failed"
         service = self._service
         if service._closing:
-            return "running" if self._running else "closed"
+            # A run queued behind a busy pool never starts once closing: it is dropped.
+            return "running" if self._executing else "closed"
         if self._paused:
-            return "running" if self._running else "paused"
+            return "running" if self._executing else "paused"
         executor = self._executor
         if executor is not None and executor.statistics().state == "running":
             return "running"
-        if self._running:
+        if self._executing:
             return "running"
         return "scheduled" if service._started else "pending"
 
@@ -435,12 +452,12 @@ class Job:
         self._last_lateness = lateness
         if lateness > self._max_lateness:
             self._max_lateness = lateness
-        self._running = True
+        self._running = self._executing = True
         failed = False
         try:
             failed = self._call() is not None
         finally:
-            self._running = False
+            self._running = self._executing = False
             self._runs += 1
             duration = clock.monotonic() - start
             self._last_duration = duration
@@ -617,6 +634,9 @@ class BackgroundService:
         self._unclaimed = 0  # queued items no idle thread was reserved for
         self._in_flight = 0  # job runs handed to the pool and not finished
         self._sleep_until = _INF  # the scheduler's current deadline (read by completions)
+        # True while a _NUDGE is in the queue: nudges coalesce into one message (cleared by
+        # the scheduler when it takes that message, before it reads the heap).
+        self._nudge_posted = False
         self._futures: set[concurrent.futures.Future[object]] = set()
         self._started = False
         self._closing = False
@@ -709,7 +729,9 @@ class BackgroundService:
         done = self._wait(deadline)
         if not done:
             cancelled += sum(f.cancel() for f in list(self._futures))
-        unfinished_jobs = tuple(j._name for j in list(self._jobs.values()) if j._running)
+        jobs = list(self._jobs.values())
+        unfinished_jobs = tuple(j._name for j in jobs if j._executing)
+        dropped_jobs = tuple(j._name for j in jobs if j._running and not j._executing)
         unfinished = sum(1 for f in list(self._futures) if not f.done())
         return ShutdownReport(
             completed=done,
@@ -717,6 +739,7 @@ class BackgroundService:
             unfinished_submissions=unfinished,
             cancelled_submissions=cancelled,
             elapsed=SYSTEM_CLOCK.monotonic() - began,
+            dropped_jobs=dropped_jobs,
         )
 
     def _wait(self, deadline: float | None) -> bool:
@@ -879,7 +902,7 @@ class BackgroundService:
         if dedicated and started and job._executor is not None:
             job._executor.open()
         elif started:
-            self._post(_NUDGE)
+            self._nudge()
         return job
 
     @property
@@ -980,8 +1003,15 @@ class BackgroundService:
     def _post(self, message: object) -> None:
         # Lock-free: one put. After a fork, a lazily restarting service starts on first use.
         self._messages.put(message)
-        if self._needs_fork_restart and message is not _NUDGE:
+        if self._needs_fork_restart:
             self._restart_after_fork()
+
+    def _nudge(self) -> None:
+        # The heap changed. Lock-free; one message however many nudges come before the
+        # scheduler takes it (it clears the flag first, then reads the heap).
+        if not self._nudge_posted:
+            self._nudge_posted = True
+            self._messages.put(_NUDGE)
 
     def _pause(self, job: Job) -> None:
         if job._executor is not None:
@@ -1011,7 +1041,7 @@ class BackgroundService:
             nominal = now if job._last_nominal is None else max(
                 now, job._last_nominal + job._interval)
             self._schedule(job, nominal, now)
-        self._post(_NUDGE)
+        self._nudge()
 
     def _update_interval(self, job: Job, interval: float) -> None:
         if job._executor is not None:
@@ -1024,7 +1054,7 @@ class BackgroundService:
                 return  # a run in progress reads the new interval when it ends
             now = self._clock.monotonic()
             self._schedule(job, max(now, job._last_nominal + interval), now)
-        self._post(_NUDGE)
+        self._nudge()
 
     # -- the scheduler thread ---------------------------------------------------------------
 
@@ -1049,18 +1079,19 @@ class BackgroundService:
         heappop = heapq.heappop
         run_job = self._run_job
         put_work = self._put_work
+        handle_all = self._handle_all
         me = threading.current_thread()
         message: object = None
         while True:
+            # Control messages are served on every iteration, also when the scheduler never
+            # sleeps (a back-to-back job, an overloaded pool): a wake or cancel waits at most
+            # one run, and the queue cannot grow while the scheduler is busy.
             if message is not None:
                 self._handle(message)
-                # Drain what else arrived: one pass over the heap serves them all.
-                try:
-                    while True:
-                        self._handle(messages.get_nowait())
-                except queue.Empty:
-                    pass
                 message = None
+                handle_all()
+            elif not messages.empty():
+                handle_all()
             if self._closing or self._scheduler is not me:
                 return
             now = monotonic()
@@ -1098,6 +1129,8 @@ class BackgroundService:
             for job in due_jobs:
                 put_work(job)
             for job in inline_jobs:
+                if not messages.empty():
+                    handle_all()  # between inline runs too: one run is the longest wait
                 run_job(job, inline=True)
             if due_jobs or inline_jobs:
                 continue
@@ -1111,13 +1144,25 @@ class BackgroundService:
             except queue.Empty:
                 message = None
 
+    def _handle_all(self) -> None:
+        # Drain what arrived: one pass over the heap afterwards serves them all.
+        try:
+            while True:
+                self._handle(self._messages.get_nowait())
+        except queue.Empty:
+            pass
+
     def _handle(self, message: object) -> None:
+        if message is _NUDGE:
+            self._nudge_posted = False
+            return
         if not isinstance(message, tuple):
-            return  # _NUDGE, _CLOSE (read from _closing), or a stale clock tick
+            return  # _CLOSE (read from _closing), or a stale clock tick
         kind, job = message
         if not isinstance(job, Job):
             return
         if kind == _WAKE:
+            job._wake_posted = False  # before reading _wake_requested: see Job.wake
             with self._lock:
                 if not job._wake_requested or job._due is None or job._running:
                     return  # served already, or served when the run in progress ends
@@ -1190,9 +1235,10 @@ class BackgroundService:
                     self._in_flight -= 1
                 nudge = self._lockstep and not self._in_flight and not inline
             if nudge:
-                self._messages.put(_NUDGE)
+                self._nudge()
             return
         job._wake_requested = False  # a wake from now on asks for another run
+        job._executing = True
         start = monotonic()
         due = job._nominal if job._nominal is not None else start
         lateness = max(0.0, start - (job._due if job._due is not None else due))
@@ -1224,7 +1270,7 @@ class BackgroundService:
             self._job_errors += 1
             del exc
         with self._lock:
-            job._running = False
+            job._running = job._executing = False
             if not inline:
                 self._in_flight -= 1
             # A test clock's scheduler waits for the runs in flight: wake it when the last
@@ -1244,7 +1290,7 @@ class BackgroundService:
                     nudge = nudge or due_at < self._sleep_until or (
                         self._lockstep and due_at <= end)
         if nudge:
-            self._messages.put(_NUDGE)
+            self._nudge()
 
     @staticmethod
     def _next_nominal(job: Job, due: float, start: float, end: float) -> float:
@@ -1270,7 +1316,8 @@ class BackgroundService:
         """Registry hook in a forked child: rebuild, never unlock; apply the fork policy."""
         was_running = self._started and not self._closing
         for job in self._jobs.values():
-            job._running = False
+            job._running = job._executing = False
+            job._wake_posted = False
             job._due = None
         self._reset_internals()
         self._generation += 1
