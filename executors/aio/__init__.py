@@ -27,10 +27,10 @@ from .locks import Semaphore as Semaphore
 from .locks import SemaphoreStatistics as SemaphoreStatistics
 from .periodic import AsyncPeriodicExecutor as AsyncPeriodicExecutor
 from .periodic import AsyncPeriodicExecutorStatistics as AsyncPeriodicExecutorStatistics
-from .taskgroups import PersistentTaskGroup as PersistentTaskGroup
-from .taskgroups import PersistentTaskGroupStatistics as PersistentTaskGroupStatistics
+from .persistent import PersistentTaskGroup as PersistentTaskGroup
+from .persistent import PersistentTaskGroupStatistics as PersistentTaskGroupStatistics
+from .persistent import spawn_background as spawn_background
 from .taskgroups import TaskGroup as TaskGroup
-from .taskgroups import spawn_background as spawn_background
 from .traversal import DEFAULT_LIMIT as DEFAULT_LIMIT
 from .traversal import CursorEntry as CursorEntry
 from .traversal import Entry as Entry

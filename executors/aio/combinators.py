@@ -10,16 +10,15 @@ from collections.abc import AsyncIterable, Awaitable, Callable
 from types import TracebackType
 from typing import Any, Generic, Literal, Self, TypeVar, final
 
+from executors._fatal import is_fatal
+
+from ._cancel import redeliver_cancel
+
 __all__ = ("race", "join", "try_join", "race_ok", "merge", "Merge")
 
 T = TypeVar("T")
 
 _Mode = Literal["join", "try_join", "race", "race_ok"]
-
-
-def _is_fatal(exc: BaseException) -> bool:
-    # KeyboardInterrupt/SystemExit come out bare, as from asyncio.TaskGroup.
-    return isinstance(exc, (KeyboardInterrupt, SystemExit))
 
 
 def _start(aws: tuple[Awaitable[T], ...], fn: str) -> list[asyncio.Future[T]]:
@@ -37,13 +36,11 @@ def _start(aws: tuple[Awaitable[T], ...], fn: str) -> list[asyncio.Future[T]]:
 
 
 def _redeliver_cancel_if_pending() -> None:
-    # Errors beat cancellation (as in TaskGroup, gh-95704/gh-116720): when we raise the
-    # children's errors although the caller was cancelled meanwhile, the cancellation is
-    # re-requested so it reaches the caller's next await, and `cancelling()` keeps its count.
+    # Errors beat cancellation, as in TaskGroup: the caller's cancellation that arrived while we
+    # gathered the children's errors still reaches its next await.
     task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        task.uncancel()
-        task.cancel()
+    if task is not None:
+        redeliver_cancel(task)
 
 
 def _drop_future(fn: Callable[[int], None], index: int, _future: object) -> None:
@@ -132,8 +129,8 @@ async def _supervise(children: list[asyncio.Future[Any]], mode: _Mode) -> Any:
                     outcome, outcome_set = child.result(), True
                     stop()
                 continue
-            if _is_fatal(error) or not isinstance(error, Exception):
-                if fatal is None and _is_fatal(error):
+            if is_fatal(error) or not isinstance(error, Exception):
+                if fatal is None and is_fatal(error):
                     fatal = error
                 errors.append((index, error))
                 stop()
@@ -390,7 +387,7 @@ class Merge(Generic[T]):
         error, self._error = self._error, None
         if error is not None and error not in errors:
             errors.insert(0, error)
-        fatal = next((e for e in errors if _is_fatal(e)), None)
+        fatal = next((e for e in errors if is_fatal(e)), None)
         try:
             if fatal is not None:
                 raise fatal

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+from helpers.aio_groups import until_cancelled
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -275,20 +276,13 @@ def test_join_accepts_futures_and_keeps_input_order() -> None:
 
 def test_base_exceptions_come_out_bare() -> None:
     """KeyboardInterrupt/SystemExit from a child are raised bare after the rest is cancelled."""
-    cancelled = []
+    cancelled: list[bool] = []
 
     async def stop() -> None:
         raise SystemExit(3)
 
-    async def victim() -> None:
-        try:
-            await asyncio.sleep(10)
-        except asyncio.CancelledError:
-            cancelled.append(True)
-            raise
-
     async def main() -> None:
-        await join(victim(), _after_a_step(stop()))
+        await join(until_cancelled(cancelled), _after_a_step(stop()))
 
     with pytest.raises(SystemExit):
         asyncio.run(main())

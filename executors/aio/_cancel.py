@@ -1,0 +1,61 @@
+"""Cancellation bookkeeping shared by the task groups and the combinators (private).
+
+Each helper keeps one promise of `asyncio.TaskGroup` as it stands in Python 3.13 on every
+supported version: a refused coroutine is closed, and the parent task's cancellation state
+(``cancelling()`` and the pending cancellation) is left as 3.13 leaves it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import sys
+from typing import Any
+
+__all__ = ("UNCANCEL_CLEARS_MUST_CANCEL", "absorb_stale_cancel", "close_refused",
+           "redeliver_cancel")
+
+# Before 3.13, Task.uncancel() does not clear a pending `_must_cancel` when the count reaches 0
+# (gh-116720, fixed in 3.13 by PR #117407).
+UNCANCEL_CLEARS_MUST_CANCEL = sys.version_info >= (3, 13)
+
+
+def close_refused(coro: object) -> None:
+    """Close `coro` if it is a coroutine: a group that refuses it never runs it.
+
+    No "coroutine was never awaited" warning (gh-115957, done by asyncio from 3.13 on; we do it
+    on 3.11 and 3.12 too).
+    """
+    close = getattr(coro, "close", None)
+    if close is not None and inspect.iscoroutine(coro):
+        close()
+
+
+async def absorb_stale_cancel(parent: asyncio.Task[Any]) -> None:
+    """Take a pending cancellation of `parent` (the running task) that nobody requests any more.
+
+    On 3.11/3.12, a cancel() made while the parent was already being woken by an earlier one
+    sets `_must_cancel`; uncancel() to zero does not clear it, so a CancelledError nobody
+    requested any more would hit the parent at its next await (gh-116720, the
+    nested_groups_both_cancelled case). Call it where the caller knows the cancellation is its
+    own; a real cancellation arriving meanwhile raises the count again and propagates.
+    """
+    if UNCANCEL_CLEARS_MUST_CANCEL or not getattr(parent, "_must_cancel", False):
+        return
+    try:
+        await asyncio.sleep(0)
+    except asyncio.CancelledError:
+        if parent.cancelling():
+            raise
+
+
+def redeliver_cancel(task: asyncio.Task[Any]) -> None:
+    """Re-request an outside cancellation of `task` that raising errors would otherwise eat.
+
+    Errors beat cancellation (gh-95704): a group or combinator raises its children's errors
+    although `task` was cancelled meanwhile, and the cancellation must still reach `task` at
+    its next await, with ``cancelling()`` keeping its count (gh-116720).
+    """
+    if task.cancelling():
+        task.uncancel()
+        task.cancel()

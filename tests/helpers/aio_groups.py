@@ -1,0 +1,72 @@
+"""Shared harness of the task-group tests: run a coroutine (optionally with eager tasks)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import sys
+import warnings
+from collections.abc import Coroutine
+from typing import Any
+
+import pytest
+
+__all__ = ("EAGER", "Boom", "MyBaseExc", "raise_after", "run", "run_never_awaited_free",
+           "until_cancelled")
+
+#: The task-factory variants to run a test under: lazy always, eager where it exists (3.12+).
+EAGER = [False, *([True] if sys.version_info >= (3, 12) else [])]
+
+
+def run(coro: Coroutine[Any, Any, Any], *, eager: bool = False) -> Any:
+    """asyncio.run, optionally with the 3.12+ eager task factory installed.
+
+    On a loop that cannot run asyncio's eager task factory (uvloop 0.23 on 3.13.0 raises
+    TypeError from ``create_task`` before any of our code runs), the eager variant is skipped.
+    """
+
+    async def main() -> Any:
+        if eager:
+            loop = asyncio.get_running_loop()
+            loop.set_task_factory(asyncio.eager_task_factory)  # type: ignore[attr-defined]
+            try:
+                await loop.create_task(asyncio.sleep(0))
+            except TypeError as exc:
+                coro.close()
+                pytest.skip(f"{type(loop).__module__} cannot run asyncio.eager_task_factory "
+                            f"on this Python ({exc})")
+        return await coro
+
+    return asyncio.run(main())
+
+
+def run_never_awaited_free(coro: Coroutine[Any, Any, Any], *, eager: bool = False) -> Any:
+    """`run`, then collect garbage, and assert no "coroutine ... was never awaited" warning."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = run(coro, eager=eager)
+        gc.collect()
+    assert [w for w in caught if "never awaited" in str(w.message)] == []
+    return result
+
+
+async def until_cancelled(record: list[bool]) -> None:
+    """Sleep until cancelled (ten seconds at most), noting the cancellation in `record`."""
+    try:
+        await asyncio.sleep(10)
+    except asyncio.CancelledError:
+        record.append(True)
+        raise
+
+
+async def raise_after(delay: float, exc: type[BaseException]) -> None:
+    await asyncio.sleep(delay)
+    raise exc()
+
+
+class Boom(Exception):
+    pass
+
+
+class MyBaseExc(BaseException):
+    pass
