@@ -8,13 +8,13 @@ import enum
 import itertools
 import random
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Final, Generic, TypeVar, final
 
 from executors.errors import ChannelClosed, WouldBlock
 
 from ._atomic import atomic
-from ._waiters import TaskWaiter, Waiter, WaiterQueue
+from ._waiters import TaskWaiter, Waiter, WaiterQueue, bind_loop
 
 __all__ = (
     "Channel",
@@ -84,6 +84,34 @@ _ALL_CLOSED = _Marker.ALL_CLOSED
 
 
 # --------------------------------------------------------------------------------------------
+# Channels implemented elsewhere
+
+
+class ForeignChannel(Generic[T]):
+    """The base class of channels defined outside `executors.aio` that `select` accepts.
+
+    `executors.aio` stays loop-only: it knows nothing of threads. A channel kept elsewhere (the
+    bridge's `SharedChannel`, whose state lives behind its own mutex) subclasses this and
+    implements the two hooks below; `Send`/`Get` accept it, and a `Select` with at least one
+    case on such a channel hands the whole call to the hooks of that case's channel class, which
+    must handle loop-only `Channel` cases beside their own (this module's registration and poll
+    sections are the model). A select without such a case never reaches them.
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    async def _foreign_select(cls, select: Select) -> SelectResult:
+        """`Select.select()` for a select with a case on a channel of this class."""
+        raise NotImplementedError
+
+    @classmethod
+    def _foreign_select_nowait(cls, select: Select) -> SelectResult:
+        """`Select.select_nowait()` for a select with a case on a channel of this class."""
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------------------------
 # Operations and results
 
 
@@ -121,12 +149,16 @@ class Send(Operation, Generic[T_co]):
 
     __slots__ = ("_channel", "_ignore_on_closed", "_value")
 
-    def __init__(self, channel: Channel[T_co], value: T_co, ignore_on_closed: bool = False) -> None:
-        if not isinstance(channel, Channel):
+    def __init__(
+        self, channel: Channel[T_co] | ForeignChannel[T_co], value: T_co,
+        ignore_on_closed: bool = False,
+    ) -> None:
+        if not isinstance(channel, Channel | ForeignChannel):
             raise TypeError(f"Send: channel must be a Channel, got {type(channel).__name__}")
         if not isinstance(ignore_on_closed, bool):
             raise TypeError("Send: ignore_on_closed must be a bool")
-        self._channel = channel
+        # Typed as a Channel for the loop-only sections; a ForeignChannel never reaches them.
+        self._channel: Channel[T_co] = channel  # type: ignore[assignment]
         self._value = value
         self._ignore_on_closed = ignore_on_closed
 
@@ -166,12 +198,15 @@ class Get(Operation, Generic[T_co]):
 
     __slots__ = ("_channel", "_ignore_on_closed")
 
-    def __init__(self, channel: Channel[T_co], ignore_on_closed: bool = False) -> None:
-        if not isinstance(channel, Channel):
+    def __init__(
+        self, channel: Channel[T_co] | ForeignChannel[T_co], ignore_on_closed: bool = False
+    ) -> None:
+        if not isinstance(channel, Channel | ForeignChannel):
             raise TypeError(f"Get: channel must be a Channel, got {type(channel).__name__}")
         if not isinstance(ignore_on_closed, bool):
             raise TypeError("Get: ignore_on_closed must be a bool")
-        self._channel = channel
+        # Typed as a Channel for the loop-only sections; a ForeignChannel never reaches them.
+        self._channel: Channel[T_co] = channel  # type: ignore[assignment]
         self._ignore_on_closed = ignore_on_closed
 
     @property
@@ -395,8 +430,8 @@ class Channel(Generic[T]):
         [0, 1, 2]
     """
 
-    __slots__ = ("__weakref__", "_buffer", "_closed", "_getters", "_in_flight", "_senders",
-                 "_size")
+    __slots__ = ("__weakref__", "_buffer", "_closed", "_getters", "_in_flight", "_loop",
+                 "_senders", "_size")
 
     def __init__(self, size: int = 0) -> None:
         if not isinstance(size, int) or isinstance(size, bool):
@@ -411,6 +446,8 @@ class Channel(Generic[T]):
         self._in_flight = 0
         self._senders: WaiterQueue[_Registration] = WaiterQueue()
         self._getters: WaiterQueue[_Registration] = WaiterQueue()
+        # The loop of the parties parked here, checked on the parking path only (see _bind).
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- introspection ----------------------------------------------------------------------
 
@@ -502,9 +539,22 @@ class Channel(Generic[T]):
                 getters.popleft().claim_closed()
 
     @atomic
+    def _bind(self) -> None:
+        """Before parking: refuse a party of another loop while parties of the bound one are
+        parked or have a value in flight (a silent hang otherwise; see `bind_loop`)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # parked from outside any running loop: nothing to compare
+            return
+        if loop is not self._loop:
+            busy = bool(self._getters or self._senders or self._in_flight)
+            self._loop = bind_loop(self, self._loop, loop, busy, "SharedChannel")
+
+    @atomic
     def _park(self, waiter: Waiter, queue: WaiterQueue[_Registration], value: object) -> (
         _Registration
     ):
+        self._bind()
         reg = _Registration(waiter, self, queue, None, value)  # type: ignore[arg-type]
         queue.append(reg)
         return reg
@@ -691,7 +741,7 @@ class Select:
         'from a'
     """
 
-    __slots__ = ("_operations", "_ordered", "_orders")
+    __slots__ = ("_foreign", "_operations", "_ordered", "_orders")
 
     def __init__(self, *operations: Operation, ordered: bool = False) -> None:
         if not isinstance(ordered, bool):
@@ -701,6 +751,9 @@ class Select:
         # Poll orders to draw from: every permutation for a small random select (drawing one
         # is much cheaper than random.sample per call), or the one add order when ordered.
         self._orders: tuple[tuple[_Op, ...], ...] | None = None
+        # The class of the first case's channel that is not a loop-only Channel: its hooks run
+        # the whole select (None: every case is loop-only, the fast path below).
+        self._foreign: type[ForeignChannel[object]] | None = None
         for op in operations:
             self.add(op)
 
@@ -732,6 +785,8 @@ class Select:
             raise ValueError(f"Select: operation {operation!r} is already in this select")
         self._operations[operation] = None
         self._orders = None
+        if self._foreign is None:
+            self._foreign = _foreign_class((operation,))
 
     @atomic
     def remove(self, operation: Operation) -> None:
@@ -745,6 +800,7 @@ class Select:
         except KeyError:
             raise ValueError(f"Select: operation {operation!r} is not in this select") from None
         self._orders = None
+        self._foreign = _foreign_class(self._operations)
 
     def __repr__(self) -> str:
         mode = " ordered" if self._ordered else ""
@@ -809,6 +865,8 @@ class Select:
         Registering never matches anything, so a select cannot meet itself: only a newcomer
         operation matches a parked registration, and a parked select is not a newcomer.
         """
+        for op in self._operations:  # before any registration: all of them or none
+            op._channel._bind()
         regs = []
         for op in self._operations:
             channel = op._channel
@@ -857,6 +915,8 @@ class Select:
             ChannelClosed: every operation is ignore_on_closed and its channel is closed.
             ValueError: the select has no operations.
         """
+        if self._foreign is not None:
+            return self._foreign._foreign_select_nowait(self)
         result = self._poll()
         if result is None:
             raise WouldBlock("select: no operation is ready")
@@ -871,6 +931,8 @@ class Select:
             ChannelClosed: every operation is ignore_on_closed and its channel is closed.
             ValueError: the select has no operations.
         """
+        if self._foreign is not None:
+            return await self._foreign._foreign_select(self)
         result = self._poll()
         if result is not None:
             return result
@@ -893,6 +955,16 @@ class Select:
         if type(payload) is GetResult:
             payload.channel._received()
         return payload  # type: ignore[return-value]
+
+
+def _foreign_class(operations: Iterable[_Op]) -> type[ForeignChannel[object]] | None:
+    """The class of the first channel among `operations` that is not a loop-only Channel."""
+    for op in operations:
+        channel: object = op._channel
+        if type(channel) is not Channel:
+            assert isinstance(channel, ForeignChannel)
+            return type(channel)
+    return None
 
 
 async def select(*operations: Operation, ordered: bool = False) -> SelectResult:

@@ -1,0 +1,894 @@
+"""SharedChannel: a Go-style channel shared by plain threads and tasks of any event loop.
+
+Design (research/bridge_shared_state.md; the loop-only `executors.aio.channels` is the model,
+and its comment block states the invariants kept here too):
+
+- The state (buffer, parked senders, parked getters, ``closed``, values in flight) lives behind
+  one ``threading.RLock`` *mutex* (reentrant only so that a re-entrant call can *detect* that its
+  own thread is inside a section, with ``_is_owned()``; sections never nest). Every section is
+  O(1) amortized, runs no user code, never blocks and never awaits: a thread or a task acts on
+  the state itself and touches a loop only to resume a parked task (through that loop's waker).
+- Parked parties are `SharedThreadWaiter`/`SharedTaskWaiter` (see `_shared_waiter`): one-shot
+  claim tokens; a newcomer matches the head of the opposite FIFO by direct hand-off under the
+  mutex (``claim`` stores the value and takes the token in one step). Only newcomers match, so
+  nobody takes a value or a slot while someone waits: one strict FIFO for threads and tasks.
+- A select holds all its shared channels' mutexes (taken in ``id()`` order, Go's ``sellock``)
+  while it polls and parks, and parks ONE waiter on every case. A counterpart holds only its own
+  channel's mutex; the token makes exactly one claim win. The woken select removes its other
+  registrations afterwards, one mutex at a time (stale ones fail their claim meanwhile and are
+  skipped). Loop-only `Channel` cases of a task's select are polled and parked on the task's
+  loop thread, inside the same locked region, through an adapter `Waiter`.
+- Re-entry (``close``/``send_nowait`` from ``__del__``, a weakref callback or a signal handler
+  that runs on a thread inside a section; bpo-14976) is detected and deferred to the end of the
+  interrupted section's caller, which drains the pending list after releasing the mutex.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Final, Generic, TypeVar, final
+
+from executors import _validate
+from executors.aio import Channel, ChannelStatistics
+from executors.aio import channels as _aio_channels
+from executors.aio._waiters import Waiter, WaiterQueue
+from executors.aio.channels import (
+    Closed,
+    ForeignChannel,
+    Get,
+    GetResult,
+    Operation,
+    Select,
+    SelectResult,
+    Send,
+    SendResult,
+    _Registration,
+)
+from executors.errors import ChannelClosed, WouldBlock
+
+from ._shared_waiter import SharedTaskWaiter, SharedThreadWaiter, SharedWaiter
+
+__all__ = ("SharedChannel", "BlockingSharedChannel", "select_blocking")
+
+T = TypeVar("T")
+
+
+# The loop-only channels' markers, shared so that a select's poll and payloads read the same
+# for both kinds of channel: NOTHING (no value now), SENT and CLOSED (payloads of a plain parked
+# sender/getter), ALL_CLOSED (a select whose ignored cases may all be closed: re-poll).
+_NOTHING: Final = _aio_channels._NOTHING
+_SENT: Final = _aio_channels._SENT
+_CLOSED: Final = _aio_channels._CLOSED
+_ALL_CLOSED: Final = _aio_channels._ALL_CLOSED
+
+
+@final
+class _Reg:
+    """One parked operation on one shared channel. Hashable by identity."""
+
+    __slots__ = ("channel", "group", "op", "queue", "value", "waiter")
+
+    def __init__(self, waiter: SharedWaiter, channel: SharedChannel[object],
+                 queue: WaiterQueue[_Reg], op: Send[object] | Get[object] | None,
+                 value: object) -> None:
+        self.waiter = waiter
+        self.channel = channel
+        self.queue = queue
+        self.op = op  # None for a plain send/get, the select's case otherwise
+        self.value = value  # a parked send's value
+        self.group: tuple[_Reg, ...] | None = None  # a select's shared registrations
+
+    # Each claim runs under self.channel's mutex.
+
+    def claim_sent(self) -> bool:
+        op = self.op
+        return self.waiter.claim(_SENT if op is None else SendResult(self.channel, op))  # type: ignore[arg-type]
+
+    def claim_value(self, value: object) -> bool:
+        op = self.op
+        payload = value if op is None else GetResult(self.channel, op, value)  # type: ignore[arg-type]
+        if not self.waiter.claim(payload):
+            return False
+        if self.waiter.resumes_on_loop:
+            self.channel._in_flight += 1  # until the task resumes or hands it back
+        return True
+
+    def claim_closed(self) -> None:
+        op = self.op
+        if op is None:
+            self.waiter.claim(_CLOSED)
+        elif not op.ignore_on_closed:
+            self.waiter.claim(Closed(self.channel, op))  # type: ignore[arg-type]
+        else:
+            # An ignored case of a closed channel never fires. If every shared case of the
+            # select looks ignored-and-closed (read without the other mutexes: a hint), wake it;
+            # it re-polls under all its locks and raises ChannelClosed only if that holds.
+            assert self.group is not None
+            if all(reg.op is not None and reg.op.ignore_on_closed and reg.channel._closed
+                   for reg in self.group):
+                self.waiter.claim(_ALL_CLOSED)
+
+
+@final
+class _LoopOnlyAdapter(Waiter):
+    """A task select's waiter as seen by a loop-only Channel's registration (loop thread)."""
+
+    __slots__ = ("shared",)
+
+    resumes_on_loop = True
+
+    def __init__(self, shared: SharedTaskWaiter) -> None:
+        self.shared = shared
+
+    def try_wake(self, value: object) -> bool:
+        return self.shared.claim(value)
+
+    @property
+    def waiting(self) -> bool:
+        return self.shared.waiting
+
+
+_channels: weakref.WeakSet[SharedChannel[object]] = weakref.WeakSet()
+
+
+@final
+class SharedChannel(ForeignChannel[T], Generic[T]):
+    """A FIFO channel for plain threads and tasks of any event loop, at once.
+
+    Tasks use it exactly as an `executors.aio.Channel` (``await send``, ``await get``,
+    `send_nowait`, `get_nowait`, `close`, ``async for``, `executors.aio.select` over any mix of
+    shared and loop-only channels); threads use `blocking` (a `BlockingSharedChannel`) and
+    `select_blocking`. The guarantees of `executors.aio.Channel` hold for threads and tasks
+    together:
+
+    - One strict FIFO: parked senders and getters, threads and tasks alike, are served in arrival
+      order by direct hand-off; a newcomer never takes a value or a slot while someone waits.
+    - Exactly once: every value whose send returned is received once; a value handed to a task
+      that is cancelled before it resumes is passed on; a thread whose timeout loses the race
+      with a hand-off reports the hand-off (sent, or the value received).
+    - Closed and drained is final (values in flight to tasks count as not drained).
+    - A thread never touches an event loop unless it resumes a parked task; a burst of
+      resumptions for one loop costs one ``call_soon_threadsafe``.
+    - `close` and `send_nowait` may be called from ``__del__``, weakref callbacks and signal
+      handlers, also on a thread inside the channel at that moment: the call is then deferred to
+      the end of that section (a deferred `send_nowait` enters the buffer even if it is full,
+      since its caller has already returned).
+    - A task parked on a loop that closes is dropped when a counterpart meets it; after
+      ``os.fork()`` the child keeps no waiter of the parent's other threads.
+
+    Args:
+        size: the buffer capacity, an int >= 0 (0: rendezvous).
+
+    Example:
+        >>> import asyncio, threading
+        >>> ch: SharedChannel[int] = SharedChannel(2)
+        >>> def produce() -> None:
+        ...     for i in range(3):
+        ...         ch.blocking.send(i)
+        ...     ch.close()
+        >>> async def consume() -> list[int]:
+        ...     return [v async for v in ch]
+        >>> t = threading.Thread(target=produce); t.start()
+        >>> asyncio.run(consume())
+        [0, 1, 2]
+        >>> t.join()
+    """
+
+    __slots__ = ("__weakref__", "_blocking", "_buffer", "_closed", "_deferred", "_getters",
+                 "_in_flight", "_mutex", "_senders", "_size")
+
+    def __init__(self, size: int = 0) -> None:
+        self._size = _validate.count(size, "size", minimum=0)
+        self._mutex = threading.RLock()
+        self._buffer: deque[T] = deque()
+        self._closed = False
+        self._in_flight = 0
+        self._senders: WaiterQueue[_Reg] = WaiterQueue()
+        self._getters: WaiterQueue[_Reg] = WaiterQueue()
+        self._deferred: deque[Callable[[], object]] = deque()
+        self._blocking: BlockingSharedChannel[T] = BlockingSharedChannel(self)
+        _channels.add(self)  # type: ignore[arg-type]
+
+    # -- introspection ----------------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def blocking(self) -> BlockingSharedChannel[T]:
+        """The view for plain threads (blocking `send`/`get` with timeouts, iteration)."""
+        return self._blocking
+
+    def __len__(self) -> int:
+        return len(self._buffer)
+
+    def statistics(self) -> ChannelStatistics:
+        mutex = self._mutex
+        mutex.acquire()
+        try:
+            return ChannelStatistics(size=self._size, buffered=len(self._buffer),
+                                     closed=self._closed, waiting_senders=len(self._senders),
+                                     waiting_getters=len(self._getters))
+        finally:
+            mutex.release()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return (f"<SharedChannel size={self._size} buffered={len(self._buffer)} "
+                f"senders={len(self._senders)} getters={len(self._getters)} "
+                f"in_flight={self._in_flight} {state}>")
+
+    # -- sections: the caller holds the mutex -----------------------------------------------
+
+    def _take(self) -> T | _aio_channels._Nothing:
+        """Take the next value (buffer head, else a parked sender's), or NOTHING."""
+        buffer = self._buffer
+        senders = self._senders
+        if buffer:
+            value = buffer.popleft()
+            try:
+                # A slot opened: the head parked sender's value moves in (Go's chan.go recv).
+                while senders and len(buffer) < self._size:
+                    reg = senders.popleft()
+                    if reg.claim_sent():
+                        buffer.append(reg.value)  # type: ignore[arg-type]
+            except BaseException:  # Ctrl-C: the taken value is not returned, put it back
+                buffer.appendleft(value)
+                raise
+            return value
+        while senders:
+            reg = senders.popleft()
+            if reg.claim_sent():
+                return reg.value  # type: ignore[return-value]
+        return _NOTHING
+
+    def _offer(self, value: T) -> bool:
+        """Hand `value` to the first live parked getter, else buffer it if there is room."""
+        getters = self._getters
+        while getters:
+            if getters.popleft().claim_value(value):
+                return True
+        if len(self._buffer) < self._size:
+            self._buffer.append(value)
+            return True
+        return False
+
+    def _put_back_locked(self, value: object) -> None:
+        getters = self._getters
+        while getters:
+            if getters.popleft().claim_value(value):
+                return
+        self._buffer.appendleft(value)  # type: ignore[arg-type]
+
+    def _received_locked(self) -> None:
+        self._in_flight -= 1
+        if not self._in_flight and self._closed and not self._buffer:
+            getters = self._getters
+            while getters:
+                getters.popleft().claim_closed()
+
+    def _close_locked(self) -> None:
+        if self._closed:
+            raise ChannelClosed("close of a closed channel")
+        self._closed = True
+        queues = (self._senders,) if self._in_flight else (self._getters, self._senders)
+        for queue in queues:
+            while queue:
+                queue.popleft().claim_closed()
+
+    # -- sections that take the mutex (also the duck-typed hooks a select uses) ---------------
+
+    def _put_back(self, value: object) -> None:
+        """A value handed to a party that gave up: pass it on, never drop it."""
+        self._locked(self._put_back_locked, value)
+
+    def _received(self) -> None:
+        """A task handed a value resumed with it (or handed it back): no longer in flight."""
+        self._locked(self._received_locked)
+
+    def _discard(self, reg: _Reg) -> None:
+        self._locked(reg.queue.discard, reg)
+
+    def _locked(self, fn: Callable[..., object], *args: object) -> None:
+        mutex = self._mutex
+        mutex.acquire()
+        try:
+            fn(*args)
+        finally:
+            mutex.release()
+        if self._deferred:
+            self._run_deferred()
+
+    def _run_deferred(self) -> None:
+        deferred = self._deferred
+        while deferred:
+            try:
+                fn = deferred.popleft()
+            except IndexError:
+                return
+            fn()
+
+    def _park(self, waiter: SharedWaiter, queue: WaiterQueue[_Reg], value: object) -> _Reg:
+        reg = _Reg(waiter, self, queue, None, value)  # type: ignore[arg-type]
+        queue.append(reg)
+        return reg
+
+    # -- task API ----------------------------------------------------------------------------
+
+    def send_nowait(self, value: T) -> None:
+        """Send `value` if that completes at once: a getter is parked, or the buffer has room.
+
+        Safe from ``__del__`` and signal handlers (see the class docstring).
+
+        Raises:
+            ChannelClosed: the channel is closed.
+            WouldBlock: no getter is parked and the buffer is full (or the channel unbuffered).
+        """
+        mutex = self._mutex
+        if mutex._is_owned():  # type: ignore[attr-defined]  # re-entry: defer (bpo-14976)
+            if self._closed:
+                raise ChannelClosed("send on a closed channel")
+            self._deferred.append(lambda: self._deferred_send(value))
+            return
+        mutex.acquire()
+        try:
+            if self._closed:
+                raise ChannelClosed("send on a closed channel")
+            if not self._offer(value):
+                raise WouldBlock("channel full: no getter is waiting and the buffer has no room")
+        finally:
+            mutex.release()
+        if self._deferred:
+            self._run_deferred()
+
+    def _deferred_send(self, value: T) -> None:
+        # The caller returned already: the value must be received, even past `size`.
+        mutex = self._mutex
+        mutex.acquire()
+        try:
+            if not self._offer(value):
+                self._buffer.append(value)
+        finally:
+            mutex.release()
+
+    def get_nowait(self) -> T:
+        """Get a value if one is available at once (buffered, or from a parked sender).
+
+        Raises:
+            ChannelClosed: the channel is closed and drained.
+            WouldBlock: nothing is available now.
+        """
+        mutex = self._mutex
+        mutex.acquire()
+        try:
+            value = self._take()
+            if value is _NOTHING:
+                if self._closed and not self._in_flight:
+                    raise ChannelClosed("get on a closed and drained channel")
+                raise WouldBlock("channel empty: no value is buffered and no sender is waiting")
+        finally:
+            mutex.release()
+        if self._deferred:
+            self._run_deferred()
+        return value
+
+    async def send(self, value: T) -> None:
+        """Send `value`, waiting until a getter takes it (``size=0``) or there is room.
+
+        Cancellation: raising `asyncio.CancelledError` means the value was not sent; one that
+        arrives after the value was taken is deferred to the next await.
+
+        Raises:
+            ChannelClosed: the channel is closed, now or while waiting.
+        """
+        mutex = self._mutex
+        mutex.acquire()
+        try:
+            if self._closed:
+                raise ChannelClosed("send on a closed channel")
+            if self._offer(value):
+                return
+            waiter = SharedTaskWaiter()
+            reg = self._park(waiter, self._senders, value)
+        finally:
+            mutex.release()
+            if self._deferred:
+                self._run_deferred()
+        try:
+            await waiter.future
+        except asyncio.CancelledError as exc:
+            if waiter.abandon():
+                self._discard(reg)
+                raise
+            self._locked(_noop)  # the claim stored the payload under this mutex
+            if waiter.value is _SENT:
+                _defer_cancellation(exc)
+                return
+            raise
+        if waiter.value is _CLOSED:
+            raise ChannelClosed("channel closed while the send waited")
+
+    async def get(self) -> T:
+        """Get the next value, waiting for one.
+
+        Cancellation: raising `asyncio.CancelledError` means no value was taken; a value handed
+        to this getter just before is passed on.
+
+        Raises:
+            ChannelClosed: the channel is closed and drained.
+        """
+        mutex = self._mutex
+        mutex.acquire()
+        try:
+            value = self._take()
+            if value is not _NOTHING:
+                return value
+            if self._closed and not self._in_flight:
+                raise ChannelClosed("get on a closed and drained channel")
+            waiter = SharedTaskWaiter()
+            reg = self._park(waiter, self._getters, None)
+        finally:
+            mutex.release()
+            if self._deferred:
+                self._run_deferred()
+        try:
+            await waiter.future
+        except asyncio.CancelledError:
+            if waiter.abandon():
+                self._discard(reg)
+                raise
+            self._locked(self._hand_back_locked, waiter)
+            raise
+        payload = waiter.value
+        if payload is _CLOSED:
+            raise ChannelClosed("get on a closed and drained channel")
+        self._received()
+        return payload  # type: ignore[return-value]
+
+    def _hand_back_locked(self, waiter: SharedWaiter) -> None:
+        payload = waiter.value  # stored by the claim, under this mutex
+        if payload is not _CLOSED:
+            self._put_back_locked(payload)
+            if waiter.resumes_on_loop:
+                self._received_locked()
+
+    def close(self) -> None:
+        """Close the channel from the send side (as `executors.aio.Channel.close`).
+
+        Safe from ``__del__`` and signal handlers, also re-entrantly (then deferred).
+
+        Raises:
+            ChannelClosed: the channel is already closed.
+        """
+        mutex = self._mutex
+        if mutex._is_owned():  # type: ignore[attr-defined]  # re-entry: defer (bpo-14976)
+            if self._closed:
+                raise ChannelClosed("close of a closed channel")
+            self._deferred.append(self._deferred_close)
+            return
+        self._locked(self._close_locked)
+
+    def _deferred_close(self) -> None:
+        try:
+            self._locked(self._close_locked)
+        except ChannelClosed:  # closed meanwhile by someone else: the one close stands
+            pass
+
+    def __aiter__(self) -> AsyncIterator[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        try:
+            return await self.get()
+        except ChannelClosed:
+            raise StopAsyncIteration from None
+
+    # -- select hooks (executors.aio.select) ---------------------------------------------------
+
+    @classmethod
+    async def _foreign_select(cls, select: Select) -> SelectResult:
+        return await _task_select(select)
+
+    @classmethod
+    def _foreign_select_nowait(cls, select: Select) -> SelectResult:
+        ops = _operations(select)
+        mutexes = _mutexes(ops)
+        _acquire_all(mutexes)
+        try:
+            result = _poll(_order(select, ops))
+        finally:
+            _release_all(mutexes)
+        if result is None:
+            raise WouldBlock("select: no operation is ready")
+        return result
+
+
+def _noop() -> None:
+    pass
+
+
+def _defer_cancellation(exc: asyncio.CancelledError) -> None:
+    # As executors.aio.channels: the operation completed, the cancellation fires at the next
+    # await, with the task's cancel count unchanged.
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
+        task.cancel(exc.args[0] if exc.args else None)
+
+
+# -- blocking view -----------------------------------------------------------------------------
+
+
+@final
+class BlockingSharedChannel(Generic[T]):
+    """The thread view of a `SharedChannel`: `SharedChannel.blocking` (and `Portal.channel`).
+
+    The API of `integrations.bridge.BlockingChannel` with no Portal: the thread acts on the
+    channel itself and blocks on a lock of its own when it must wait. A timeout that races a
+    hand-off is decided by the waiter's one-shot claim: a value taken by a getter was sent (no
+    `TimeoutError`), a value handed to a getter is received. Ctrl-C while blocked leaves the
+    channel consistent (a value already handed to the thread is passed on).
+    """
+
+    __slots__ = ("_channel",)
+
+    def __init__(self, channel: SharedChannel[T]) -> None:
+        self._channel = channel
+
+    @property
+    def channel(self) -> SharedChannel[T]:
+        return self._channel
+
+    def send(self, value: T, timeout: float | None = None) -> None:
+        """Send `value`: wait until a getter takes it (unbuffered) or there is room.
+
+        Raises:
+            TimeoutError: not sent within `timeout` seconds (it never will be).
+            ChannelClosed: the channel is closed, now or while waiting.
+        """
+        seconds = _validate.timeout(timeout)
+        ch = self._channel
+        mutex = ch._mutex
+        mutex.acquire()
+        try:
+            if ch._closed:
+                raise ChannelClosed("send on a closed channel")
+            if ch._offer(value):
+                return
+            if seconds == 0:
+                raise TimeoutError(f"send: not taken within {timeout} s (the value was not sent)")
+            waiter = SharedThreadWaiter()
+            reg = ch._park(waiter, ch._senders, value)
+        finally:
+            mutex.release()
+            if ch._deferred:
+                ch._run_deferred()
+        try:
+            claimed = waiter.wait(seconds)
+        except BaseException:
+            if not waiter.claimed:
+                ch._discard(reg)
+            raise  # a value already taken stays sent
+        if not claimed:
+            ch._discard(reg)
+            raise TimeoutError(f"send: not taken within {timeout} s (the value was not sent)")
+        if waiter.value is _CLOSED:
+            raise ChannelClosed("channel closed while the send waited")
+
+    def get(self, timeout: float | None = None) -> T:
+        """Get the next value, waiting for one.
+
+        Raises:
+            TimeoutError: no value within `timeout` seconds (none was taken).
+            ChannelClosed: the channel is closed and drained.
+        """
+        seconds = _validate.timeout(timeout)
+        ch = self._channel
+        mutex = ch._mutex
+        mutex.acquire()
+        try:
+            value = ch._take()
+            if value is not _NOTHING:
+                return value
+            if ch._closed and not ch._in_flight:
+                raise ChannelClosed("get on a closed and drained channel")
+            if seconds == 0:
+                raise TimeoutError(f"get: no value within {timeout} s")
+            waiter = SharedThreadWaiter()
+            reg = ch._park(waiter, ch._getters, None)
+        finally:
+            mutex.release()
+            if ch._deferred:
+                ch._run_deferred()
+        try:
+            claimed = waiter.wait(seconds)
+        except BaseException:
+            if waiter.claimed:
+                ch._locked(ch._hand_back_locked, waiter)
+            else:
+                ch._discard(reg)
+            raise
+        if not claimed:
+            ch._discard(reg)
+            raise TimeoutError(f"get: no value within {timeout} s")
+        payload = waiter.value
+        if payload is _CLOSED:
+            raise ChannelClosed("get on a closed and drained channel")
+        return payload  # type: ignore[return-value]
+
+    def send_nowait(self, value: T) -> None:
+        """As `SharedChannel.send_nowait`."""
+        self._channel.send_nowait(value)
+
+    def get_nowait(self) -> T:
+        """As `SharedChannel.get_nowait`."""
+        return self._channel.get_nowait()
+
+    def close(self) -> None:
+        """As `SharedChannel.close`."""
+        self._channel.close()
+
+    def __iter__(self) -> Iterator[T]:
+        """``for v in view:`` gets values until the channel is closed and drained."""
+        while True:
+            try:
+                yield self.get()
+            except ChannelClosed:
+                return
+
+    def __repr__(self) -> str:
+        return f"<BlockingSharedChannel of {self._channel!r}>"
+
+
+# -- select ------------------------------------------------------------------------------------
+
+_Op = Send[object] | Get[object]
+
+
+def _operations(select: Select) -> tuple[_Op, ...]:
+    ops = select.operations
+    if not ops:
+        raise ValueError("select with no operations can never complete")
+    return ops
+
+
+def _order(select: Select, ops: tuple[_Op, ...]) -> Sequence[_Op]:
+    if select.ordered or len(ops) == 1:
+        return ops
+    return random.sample(ops, len(ops))
+
+
+def _mutexes(ops: Sequence[_Op]) -> list[threading.RLock]:
+    # Go's sellock: every shared channel's mutex once, in a global order (by id).
+    channels = {id(ch): ch for op in ops if isinstance(ch := _channel(op), SharedChannel)}
+    return [channels[key]._mutex for key in sorted(channels)]
+
+
+def _channel(op: _Op) -> object:
+    return op._channel
+
+
+def _acquire_all(mutexes: list[threading.RLock]) -> None:
+    taken = 0
+    try:
+        for mutex in mutexes:
+            mutex.acquire()
+            taken += 1
+    except BaseException:
+        for mutex in reversed(mutexes[:taken]):
+            mutex.release()
+        raise
+
+
+def _release_all(mutexes: list[threading.RLock]) -> None:
+    for mutex in reversed(mutexes):
+        mutex.release()
+
+
+def _poll(order: Sequence[_Op]) -> SelectResult | None:
+    """Go's selectgo pass 1 under every shared mutex (loop-only cases: on their loop thread)."""
+    open_case = False
+    for op in order:
+        channel: Channel[object] | SharedChannel[object] = op._channel
+        if isinstance(op, Get):
+            value = channel._take()
+            if value is not _NOTHING:
+                return GetResult(channel, op, value)  # type: ignore[arg-type]
+            ended = channel._closed and not channel._in_flight
+        else:
+            ended = channel._closed
+            if not ended and channel._offer(op._value):
+                return SendResult(channel, op)  # type: ignore[arg-type]
+        if not ended:
+            open_case = True
+        elif not op._ignore_on_closed:
+            return Closed(channel, op)  # type: ignore[arg-type]
+    if not open_case:
+        raise ChannelClosed("select: every operation is ignore_on_closed and its channel is "
+                            "closed; it can never complete")
+    return None
+
+
+def _park_select(ops: Sequence[_Op], waiter: SharedWaiter
+                 ) -> tuple[tuple[_Reg, ...], tuple[_Registration, ...]]:
+    """Go's selectgo pass 2: one waiter registered on every case that can still fire."""
+    shared: list[_Reg] = []
+    loop_only: list[_Registration] = []
+    adapter: _LoopOnlyAdapter | None = None
+    for op in ops:
+        channel: object = op._channel
+        is_get = isinstance(op, Get)
+        if isinstance(channel, SharedChannel):
+            if channel._closed and (not is_get or not channel._in_flight):
+                continue
+            queue = channel._getters if is_get else channel._senders
+            reg = _Reg(waiter, channel, queue, op, None if is_get else op._value)  # type: ignore[union-attr]
+            queue.append(reg)
+            shared.append(reg)
+        else:
+            assert isinstance(channel, Channel) and isinstance(waiter, SharedTaskWaiter)
+            if channel._closed and (not is_get or not channel._in_flight):
+                continue
+            if adapter is None:
+                adapter = _LoopOnlyAdapter(waiter)
+            aio_queue = channel._getters if is_get else channel._senders
+            aio_reg = _Registration(adapter, channel, aio_queue, op,
+                                    None if is_get else op._value)  # type: ignore[union-attr]
+            aio_queue.append(aio_reg)
+            loop_only.append(aio_reg)
+    group = tuple(shared)
+    for reg in group:
+        reg.group = group
+    aio_group = tuple(loop_only)
+    for aio_reg in aio_group:
+        aio_reg.group = aio_group
+    return group, aio_group
+
+
+def _unpark_select(regs: tuple[_Reg, ...], aio_regs: tuple[_Registration, ...]) -> None:
+    """Remove a select's registrations, one mutex at a time (never nested)."""
+    for reg in regs:
+        reg.channel._discard(reg)
+    for aio_reg in aio_regs:
+        aio_reg.queue.discard(aio_reg)
+
+
+def _hand_back_result(payload: object, from_task: bool) -> None:
+    # A select that received and then gave up (cancelled, Ctrl-C): pass the value on.
+    if isinstance(payload, GetResult):
+        channel: Channel[object] | SharedChannel[object] = payload.channel
+        channel._put_back(payload.value)
+        if from_task:
+            channel._received()
+
+
+async def _task_select(select: Select) -> SelectResult:
+    ops = _operations(select)
+    mutexes = _mutexes(ops)
+    while True:
+        _acquire_all(mutexes)
+        try:
+            result = _poll(_order(select, ops))
+            if result is None:
+                waiter = SharedTaskWaiter()
+                regs, aio_regs = _park_select(ops, waiter)
+        finally:
+            _release_all(mutexes)
+        if result is not None:
+            return result
+        try:
+            await waiter.future
+        except asyncio.CancelledError as exc:
+            abandoned = waiter.abandon()
+            _unpark_select(regs, aio_regs)  # takes every mutex once: the payload is stored
+            if abandoned:
+                raise
+            payload = waiter.value
+            if isinstance(payload, SendResult):
+                _defer_cancellation(exc)
+                return payload
+            _hand_back_result(payload, True)
+            raise
+        _unpark_select(regs, aio_regs)
+        payload = waiter.value
+        if payload is _ALL_CLOSED:
+            continue  # re-poll under all the locks: raises ChannelClosed if it still holds
+        if isinstance(payload, GetResult):
+            payload.channel._received()
+        return payload  # type: ignore[return-value]
+
+
+def select_blocking(*operations: Operation, timeout: float | None = None,
+                    ordered: bool = False) -> SelectResult:
+    """Block the calling thread until exactly one of `operations` completes.
+
+    Every case must be on a `SharedChannel` (a loop-only channel can only be touched on its
+    loop: use `Portal.select` for those). Returns the async select's result objects
+    (`SendResult`, `GetResult`, `Closed`). Exactly once with threads and tasks together.
+
+    Raises:
+        TimeoutError: nothing completed within `timeout` seconds (nothing was sent or received,
+            no registration is left).
+        ChannelClosed: every operation is ignore_on_closed and its channel is closed.
+        ValueError: no operations. TypeError: a case is not a Send/Get on a SharedChannel.
+
+    Example:
+        >>> from executors.aio import Get
+        >>> a: SharedChannel[str] = SharedChannel(1)
+        >>> b: SharedChannel[str] = SharedChannel(1)
+        >>> b.blocking.send("b")
+        >>> select_blocking(Get(a), Get(b), timeout=1).value
+        'b'
+    """
+    seconds = _validate.timeout(timeout)
+    select = Select(*operations, ordered=ordered)
+    ops = _operations(select)
+    for op in ops:
+        if not isinstance(_channel(op), SharedChannel):
+            raise TypeError("select_blocking: every operation must be on a SharedChannel, got "
+                            f"{type(_channel(op)).__name__} (use Portal.select)")
+    mutexes = _mutexes(ops)
+    deadline = None if seconds is None else time.monotonic() + seconds
+    while True:
+        _acquire_all(mutexes)
+        try:
+            result = _poll(_order(select, ops))
+            if result is None and seconds != 0:
+                waiter = SharedThreadWaiter()
+                regs, _ = _park_select(ops, waiter)
+        finally:
+            _release_all(mutexes)
+        if result is not None:
+            return result
+        if seconds == 0:
+            raise TimeoutError(f"select: nothing completed within {timeout} s")
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        try:
+            claimed = waiter.wait(left)
+        except BaseException:
+            _unpark_select(regs, ())
+            if waiter.claimed:
+                _hand_back_result(waiter.value, False)
+            raise
+        _unpark_select(regs, ())
+        if not claimed:
+            raise TimeoutError(f"select: nothing completed within {timeout} s")
+        payload = waiter.value
+        if payload is _ALL_CLOSED:
+            continue  # re-poll under all the locks: raises ChannelClosed if still so
+        return payload  # type: ignore[return-value]
+
+
+# -- fork --------------------------------------------------------------------------------------
+
+
+def _after_fork_in_child() -> None:
+    # Only the forking thread survives: every parked thread is gone, and so is every loop but
+    # (perhaps) the one this thread runs. Drop their waiters; the mutex may have been held by a
+    # thread that no longer exists.
+    running = asyncio._get_running_loop()
+    for channel in list(_channels):
+        channel._mutex = threading.RLock()
+        channel._deferred.clear()
+        for queue in (channel._senders, channel._getters):
+            keep = [reg for reg in queue
+                    if isinstance(reg.waiter, SharedTaskWaiter) and reg.waiter.loop is running]
+            while queue:
+                queue.popleft()
+            for reg in keep:
+                queue.append(reg)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
