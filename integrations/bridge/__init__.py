@@ -18,6 +18,14 @@ from ._portal import Portal as Portal
 from ._portal import PortalStatistics as PortalStatistics
 from ._run_sync import default_limiter as default_limiter
 from ._run_sync import run_sync as run_sync
+from ._shared_channel import BlockingSharedChannel as BlockingSharedChannel
+from ._shared_channel import SharedChannel as SharedChannel
+from ._shared_channel import select_blocking as select_blocking
+from ._shared_locks import BlockingSharedLock as BlockingSharedLock
+from ._shared_locks import BlockingSharedSemaphore as BlockingSharedSemaphore
+from ._shared_locks import SharedBoundedSemaphore as SharedBoundedSemaphore
+from ._shared_locks import SharedLock as SharedLock
+from ._shared_locks import SharedSemaphore as SharedSemaphore
 from ._views import BlockingChannel as BlockingChannel
 from ._views import BlockingLock as BlockingLock
 from ._views import BlockingSemaphore as BlockingSemaphore
@@ -34,6 +42,14 @@ __all__ = (
     "BlockingLock",
     "BlockingChannel",
     "BlockingTaskGroup",
+    "SharedSemaphore",
+    "SharedBoundedSemaphore",
+    "SharedLock",
+    "BlockingSharedSemaphore",
+    "BlockingSharedLock",
     "run_sync",
     "default_limiter",
+    "SharedChannel",
+    "BlockingSharedChannel",
+    "select_blocking",
 )

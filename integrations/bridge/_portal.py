@@ -13,15 +13,23 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import CancelledError as FutureCancelledError
 from concurrent.futures import wait as wait_futures
 from types import TracebackType
-from typing import Self, TypeVar, TypeVarTuple, Unpack, final
+from typing import Self, TypeVar, TypeVarTuple, Unpack, final, overload
 
 from executors import registry
+from executors._threads import new_thread, start
 from executors.aio import Channel as _Channel
 from executors.aio import Lock, Operation, SelectResult, Semaphore
 from executors.errors import ShutdownError
 
 from ._core import PortalCore
 from ._core import shutdown_error as _shutdown_error
+from ._shared_channel import BlockingSharedChannel, SharedChannel
+from ._shared_locks import (
+    BlockingSharedLock,
+    BlockingSharedSemaphore,
+    SharedLock,
+    SharedSemaphore,
+)
 from ._views import (
     BlockingChannel,
     BlockingLock,
@@ -152,9 +160,8 @@ class Portal(PortalCore):
         if registry.is_shutting_down() or sys.is_finalizing():
             raise ShutdownError("the interpreter is shutting down: no new portal")
         if self._own:
-            thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-            self._thread = thread
-            thread.start()
+            thread = self._thread = new_thread(self._run, self._name)
+            start(thread)
             self._started.wait()
             if self._startup_error is not None:
                 error, self._startup_error = self._startup_error, None
@@ -339,8 +346,16 @@ class Portal(PortalCore):
 
     # -- blocking views ----------------------------------------------------------------------
 
-    def semaphore(self, semaphore: Semaphore) -> BlockingSemaphore:
+    @overload
+    def semaphore(self, semaphore: SharedSemaphore) -> BlockingSharedSemaphore: ...
+    @overload
+    def semaphore(self, semaphore: Semaphore) -> BlockingSemaphore: ...
+    def semaphore(
+        self, semaphore: Semaphore | SharedSemaphore
+    ) -> BlockingSemaphore | BlockingSharedSemaphore:
         """A `threading.Semaphore`-style view of an `executors.aio.Semaphore` on this loop.
+
+        For a `SharedSemaphore` this is its own ``.blocking`` view (it needs no portal).
 
         Threads queue in the semaphore's own FIFO, behind tasks and threads that came first.
 
@@ -356,14 +371,22 @@ class Portal(PortalCore):
             ...         print(view.acquire(timeout=0.01))
             False
         """
+        if isinstance(semaphore, SharedSemaphore):
+            return semaphore.blocking
         if not isinstance(semaphore, Semaphore):
             raise TypeError(
                 f"semaphore must be an executors.aio.Semaphore, got {type(semaphore).__name__}"
             )
         return BlockingSemaphore(self, semaphore)
 
-    def lock(self, lock: Lock) -> BlockingLock:
+    @overload
+    def lock(self, lock: SharedLock) -> BlockingSharedLock: ...
+    @overload
+    def lock(self, lock: Lock) -> BlockingLock: ...
+    def lock(self, lock: Lock | SharedLock) -> BlockingLock | BlockingSharedLock:
         """A `threading.Lock`-style view of an `executors.aio.Lock` on this loop.
+
+        For a `SharedLock` this is its own ``.blocking`` view (it needs no portal).
 
         Raises:
             TypeError: `lock` is not an `executors.aio.Lock`.
@@ -376,12 +399,24 @@ class Portal(PortalCore):
             ...     view.release()
             True False
         """
+        if isinstance(lock, SharedLock):
+            return lock.blocking
         if not isinstance(lock, Lock):
             raise TypeError(f"lock must be an executors.aio.Lock, got {type(lock).__name__}")
         return BlockingLock(self, lock)
 
-    def channel(self, channel: _Channel[T]) -> BlockingChannel[T]:
+    @overload
+    def channel(self, channel: SharedChannel[T]) -> BlockingSharedChannel[T]: ...
+
+    @overload
+    def channel(self, channel: _Channel[T]) -> BlockingChannel[T]: ...
+
+    def channel(
+        self, channel: _Channel[T] | SharedChannel[T]
+    ) -> BlockingChannel[T] | BlockingSharedChannel[T]:
         """A blocking view of an `executors.aio.Channel` on this loop.
+
+        Given a `SharedChannel`, returns its own view, ``channel.blocking`` (no loop involved).
 
         Raises:
             TypeError: `channel` is not an `executors.aio.Channel`.
@@ -397,6 +432,8 @@ class Portal(PortalCore):
             ...     print(list(view))
             [1, 2]
         """
+        if isinstance(channel, SharedChannel):  # shared: the same view as channel.blocking
+            return channel.blocking
         if not isinstance(channel, _Channel):
             raise TypeError(f"channel must be an executors.aio.Channel, got "
                             f"{type(channel).__name__}")
