@@ -188,7 +188,8 @@ def main() -> None:
         try:
             import asyncpg  # noqa: F401
 
-            from integrations.postgres_store import PostgresStore, temporary_server
+            from integrations.postgres_store import PostgresStore
+            from tests.helpers.postgres import temporary_server
             dsn = stack.enter_context(temporary_server())
         except (ImportError, FileNotFoundError) as exc:
             print(f"[traversal] PostgreSQL skipped: {exc}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""The `executors` command: `bench` runs areas with progress and renders the docs' reports."""
+"""The `executors` command: `bench` runs areas with progress and renders reports; `demo` runs."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from executors import _bench, cli
+from executors import _cli
+from executors._cli import _demo_app
+from executors._cli import bench as _bench
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -188,14 +190,14 @@ def test_a_real_area_writes_json_that_renders_a_table_and_a_chart(tmp_path: Path
 
 def test_bench_refuses_unknown_areas(capsys: pytest.CaptureFixture[str]) -> None:
     """An unknown area is refused with exit code 2 and the list of areas to choose from."""
-    assert cli.main(["bench", "no-such-area"]) == 2
+    assert _cli.main(["bench", "no-such-area"]) == 2
     err = capsys.readouterr().err
     assert "unknown area(s) no-such-area" in err and "periodic" in err
 
 
 def test_bench_render_takes_no_areas(capsys: pytest.CaptureFixture[str]) -> None:
     """`--render` re-renders everything; combining it with areas is an error, not a guess."""
-    assert cli.main(["bench", "--render", "periodic"]) == 2
+    assert _cli.main(["bench", "--render", "periodic"]) == 2
     assert "--render takes no areas" in capsys.readouterr().err
 
 
@@ -265,7 +267,7 @@ def test_demo_uses_a_given_uri_and_drops_its_database() -> None:
     embedded server, reports no leaks, and leaves no executors_demo database behind."""
     import pymongo
 
-    from integrations._demo import DATABASE, EmbeddedServer
+    DATABASE, EmbeddedServer = _demo_app.DATABASE, _demo_app.EmbeddedServer
 
     with EmbeddedServer() as server:
         cmd = [sys.executable, "-m", "executors", "demo", "--plain", "--seconds", "2",
@@ -334,10 +336,9 @@ def test_demo_exit_code_is_non_zero_when_something_leaked(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """The command exits 1 when the report counts a leak, 0 otherwise. (A real leak cannot be
     provoked on demand, so run_demo is replaced by one returning a given report.)"""
-    from integrations import _demo
 
-    def report(leaked_cursors: int) -> _demo.DemoReport:
-        return _demo.DemoReport(
+    def report(leaked_cursors: int) -> _demo_app.DemoReport:
+        return _demo_app.DemoReport(
             server="test", seconds=1.0, interrupted=False, requests=1, documents_read=1,
             results_consumed=1, cursors_opened=1, cursors_abandoned=1,
             cursors_killed=1 - leaked_cursors, cursors_not_found=0, kill_commands=1,
@@ -347,14 +348,15 @@ def test_demo_exit_code_is_non_zero_when_something_leaked(
             monitor_checks=1, service_jobs=2, shutdown_seconds=0.01, errors=())
 
     for leaked, code in ((1, 1), (0, 0)):
-        monkeypatch.setattr(_demo, "run_demo", lambda *a, leaked=leaked, **k: report(leaked))
-        assert cli.main(["demo", "--plain", "--seconds", "1"]) == code
+        monkeypatch.setattr(_demo_app, "run_demo", lambda *a, leaked=leaked, **k: report(leaked))
+        assert _cli.main(["demo", "--plain", "--seconds", "1"]) == code
         assert f"leaks                 {leaked}" in capsys.readouterr().out
 
 
 @pytest.mark.timeout(120)
 def test_demo_ctrl_c_stops_cleanly_with_the_same_report() -> None:
-    """SIGINT during the run stops it cleanly: the report says interrupted, no leaks, exit 0."""
+    """SIGINT during the run stops it cleanly: the report says interrupted, no leaks, and the
+    exit status is 130, as after any Ctrl-C."""
     with subprocess.Popen(_demo("--seconds", "60"), cwd=ROOT, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True) as proc:
         assert proc.stdout is not None and proc.stderr is not None
@@ -366,7 +368,7 @@ def test_demo_ctrl_c_stops_cleanly_with_the_same_report() -> None:
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     text = "".join(lines) + out
-    assert proc.returncode == 0, text[-3000:] + err[-3000:]
+    assert proc.returncode == 130, text[-3000:] + err[-3000:]
     assert "interrupted after" in text
     assert _number(r"leaks\s+(\d+)", text) == 0
     assert _number(r"([\d,]+) abandoned mid-iteration", text) == _number(
@@ -375,17 +377,15 @@ def test_demo_ctrl_c_stops_cleanly_with_the_same_report() -> None:
 
 def test_demo_refuses_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     """Bad settings are refused before anything starts, with exit code 2 and the reason."""
-    assert cli.main(["demo", "--seconds", "0"]) == 2
+    assert _cli.main(["demo", "--seconds", "0"]) == 2
     assert "seconds must be a finite number > 0" in capsys.readouterr().err
-    assert cli.main(["demo", "--abandon-rate", "2"]) == 2
+    assert _cli.main(["demo", "--abandon-rate", "2"]) == 2
     assert "abandon_rate must be within [0, 1]" in capsys.readouterr().err
 
 
 def test_demo_report_puts_leaks_first_and_counts_threads() -> None:
     """A report's leaks are unkilled cursors plus leftover threads, and it says so up front."""
-    from integrations._demo import DemoReport
-
-    report = DemoReport(
+    report = _demo_app.DemoReport(
         server="test", seconds=2.0, interrupted=False, requests=10, documents_read=100,
         results_consumed=10, cursors_opened=10, cursors_abandoned=4, cursors_killed=2,
         cursors_not_found=0, kill_commands=2, leaked_cursors=2,

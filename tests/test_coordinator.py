@@ -13,9 +13,6 @@ from pathlib import Path
 import pytest
 from helpers.coord_tools import RECORDER, alive, events, pid_of, recorder, signals, wait_until
 
-from executors._coordinator_output import LineBuffer
-from executors._coordinator_sys import children_of_self, proc_state
-from executors._coordinator_template import render, split_command
 from executors.coordinator import (
     EXIT_NOT_EXECUTABLE,
     EXIT_NOT_FOUND,
@@ -28,6 +25,9 @@ from executors.coordinator import (
     TemplateError,
     parse_signal,
 )
+from executors.coordinator._output import LineBuffer
+from executors.coordinator._sys import children_of_self, proc_state
+from executors.coordinator._template import render, split_command
 
 INT, TERM, KILL, CONT = signal.SIGINT, signal.SIGTERM, signal.SIGKILL, signal.SIGCONT
 READY = Ready.regex("^ready$")

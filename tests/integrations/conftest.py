@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pymongo
 import pytest
+from helpers.ports import free_port
 
 from executors.testing import wait_until
 
@@ -34,12 +35,6 @@ class MongoServer:
         """A new client to this server (fast server selection; close it when done)."""
         kwargs.setdefault("serverSelectionTimeoutMS", 5000)
         return pymongo.MongoClient(self.uri, **kwargs)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _accepts(host: str, port: int) -> bool:
@@ -66,7 +61,7 @@ def mongo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MongoServ
     if not exe.exists():
         pytest.skip("nx-27017 is not installed in this environment (pip install nx-27017)")
     workdir = tmp_path_factory.mktemp("nx27017")
-    port = _free_port()
+    port = free_port()
     log_file = workdir / "server.log"
     proc = subprocess.Popen(
         [str(exe), "--db", "memory", "-p", str(port), "--log-file", str(log_file),
@@ -103,7 +98,7 @@ class TcpProxy:
 
     def __init__(self, target: tuple[str, int]) -> None:
         self.target = target
-        self.port = _free_port()
+        self.port = free_port()
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
         self._conns: list[socket.socket] = []

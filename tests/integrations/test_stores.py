@@ -218,7 +218,7 @@ def test_sqlite_helpers_and_repr(tmp_path: Path) -> None:
 def pg_dsn() -> Iterator[str]:
     """A throwaway PostgreSQL server on a free loopback port, from the installed binaries."""
     pytest.importorskip("asyncpg", reason="asyncpg is not installed (the test extra has it)")
-    from integrations.postgres_store import temporary_server
+    from helpers.postgres import temporary_server
 
     try:
         with temporary_server() as dsn:
@@ -364,7 +364,7 @@ def test_cli_traverse_prints_paths_and_a_summary(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """`executors traverse sqlite:///db --print` prints every path in strict order, a progress
     bar and a summary on stderr; a missing database is a usage error (exit 2)."""
-    from executors.cli import main
+    from executors._cli import main
 
     store = SQLiteStore(tmp_path / "t.db")
     store.add_tree(TREE)
@@ -380,7 +380,7 @@ def test_cli_traverse_prints_paths_and_a_summary(tmp_path: Path,
 def test_cli_traverse_a_postgres_store(pg_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
     """`executors traverse postgresql://... --mode relaxed --print` visits every node of the
     server's tree, with a progress bar and a summary on stderr."""
-    from executors.cli import main
+    from executors._cli import main
 
     async def fill() -> None:
         store = await _fresh(pg_dsn, TREE)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from ._coordinator_template import check_template, split_command
+from ._template import check_template, split_command
 
 __all__ = (
     "ProcessResult",

@@ -7,11 +7,12 @@ import os
 import signal
 import sys
 
-from ._coordinator_spec import ProcessSpec, Ready, parse_signal
-from ._coordinator_template import TemplateError, split_command
-from .coordinator import Coordinator
+from executors.coordinator import Coordinator, ProcessSpec, Ready, TemplateError, parse_signal
 
-__all__ = ("DESCRIPTION", "EPILOG", "add_arguments", "run")
+__all__ = ("DESCRIPTION", "EPILOG", "HELP", "NAME", "add_arguments", "run")
+
+NAME = "supervise"
+HELP = "run a process under test with profilers on its pid; stop them in order"
 
 DESCRIPTION = (
     "Start COMMAND (the process under test), then each --with process (which may refer to its "
@@ -124,7 +125,7 @@ def _build(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Coordin
             stop = parse_signal(stops[name]) if name in stops else None
             specs.append(ProcessSpec(
                 name,
-                cmd if isinstance(cmd, list) else split_command(cmd),
+                cmd,
                 stop_signal=stop,
                 grace=grace,
                 on_exit="ignore" if on_exit.get(name) == "ignore" else "stop",
@@ -153,7 +154,7 @@ def _build(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Coordin
 
 def run(args: argparse.Namespace) -> int:
     """Run `executors supervise` for parsed *args*; return the exit status (see EPILOG)."""
-    parser: argparse.ArgumentParser = args.supervise_parser
+    parser: argparse.ArgumentParser = args.parser
     coordinator = _build(args, parser)
     try:
         result = coordinator.run()

@@ -9,6 +9,7 @@ into the docs' benchmark pages: a markdown table per area, ratios first, and a P
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import datetime
 import json
@@ -24,17 +25,28 @@ from pathlib import Path
 from typing import IO, TypedDict, cast
 
 __all__ = (
+    "DESCRIPTION",
+    "EPILOG",
+    "HELP",
+    "NAME",
     "AreaRun",
     "BENCHMARKS_DIR",
     "DOCS_BENCH_DIR",
     "OURS",
     "RESULTS_DIR",
+    "add_arguments",
     "areas",
     "render_all",
+    "run",
     "run_areas",
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+NAME = "bench"
+HELP = "run benchmarks: ours beside the peers, same run"
+DESCRIPTION = HELP
+EPILOG = None
+
+ROOT = Path(__file__).resolve().parents[2]
 # The benchmarks live beside the package in a source checkout (they import the peers, which are
 # not runtime dependencies); the command runs them from there.
 BENCHMARKS_DIR = ROOT / "benchmarks"
@@ -415,3 +427,57 @@ def render_all(results_dir: Path = RESULTS_DIR, out_dir: Path = DOCS_BENCH_DIR, 
         if stale.suffix in {".md", ".png"} and stale.name not in keep:
             stale.unlink()
     return written
+
+
+# -- the command -----------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the options of `executors bench` on *parser*."""
+    parser.add_argument("areas", nargs="*", help="areas to run (default: all)")
+    parser.add_argument("--quick", action="store_true",
+                        help="one round each, to check they work (writes no results unless "
+                        "--write)")
+    parser.add_argument("--write", action="store_true",
+                        help="with --quick: write the results files anyway")
+    parser.add_argument("--render", action="store_true",
+                        help="measure nothing: re-render the docs' benchmark pages and charts "
+                        "from benchmarks/results/*.json")
+    parser.add_argument("--no-render", action="store_true",
+                        help="after measuring, leave the docs' benchmark pages as they are")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `executors bench` for parsed *args*; return the exit status."""
+    if args.render:
+        if args.areas or args.quick:
+            print("executors bench: --render takes no areas and no --quick; it re-renders "
+                  "every results file", file=sys.stderr)
+            return 2
+        written = render_all()
+        print(f"executors bench: rendered {len(written)} file(s) into "
+              f"{DOCS_BENCH_DIR}", file=sys.stderr)
+        return 0
+    available = areas()
+    if not available:
+        print("executors bench: no benchmarks/ directory beside the package; "
+              "run it from a source checkout", file=sys.stderr)
+        return 2
+    selected = args.areas or available
+    unknown = [a for a in selected if a not in available]
+    if unknown:
+        print(f"executors bench: unknown area(s) {', '.join(unknown)}; "
+              f"choose from {', '.join(available)}", file=sys.stderr)
+        return 2
+    # A quick run checks that the benchmarks work; its numbers must not replace a full run's.
+    write = not args.quick or args.write
+    runs = run_areas(selected, quick=args.quick, write=write)
+    failed = [r.area for r in runs if r.returncode != 0]
+    if write and not args.no_render:
+        written = render_all()
+        print(f"executors bench: results in {RESULTS_DIR}; {len(written)} docs file(s) "
+              f"rendered into {DOCS_BENCH_DIR}", file=sys.stderr)
+    if failed:
+        print(f"executors bench: failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0

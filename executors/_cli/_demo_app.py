@@ -1,4 +1,4 @@
-"""The engine of ``executors demo``: a threaded pymongo application on the executors' machinery.
+"""The application ``executors demo`` runs: threaded pymongo on the executors' machinery.
 
 Worker threads serve simulated requests against a MongoDB server (an embedded nx-27017 on a free
 loopback port unless a URI is given). Each request pages through a raw command cursor; some stop
@@ -8,7 +8,7 @@ fair semaphore, shared through the bridge, caps concurrent database work for the
 an asyncio task together; a channel hands every result to an asyncio consumer; a
 `BackgroundService` runs the periodic jobs, among them a server monitor that holds its owner only
 weakly. The run ends after a fixed time or on Ctrl-C, and a report says what happened, leaks
-first. Only the command line imports this module.
+first. Only the command (`executors._cli.demo`) imports this module.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import os
 import signal
 from collections.abc import Callable
 
-from ._coordinator_sys import children_of_self, get_subreaper, proc_state, set_subreaper
+from ._sys import children_of_self, get_subreaper, proc_state, set_subreaper
 
 __all__ = ("OrphanReaper",)
 

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import BinaryIO, Literal
 
-from ._coordinator_output import LineBuffer
-from ._coordinator_spec import Outcome, ProcessResult, ProcessSpec, signal_name
-from ._coordinator_sys import group_alive, spawn
+from ._output import LineBuffer
+from ._spec import Outcome, ProcessResult, ProcessSpec, signal_name
+from ._sys import group_alive, spawn
 
 __all__ = ("Child", "Stream")
 

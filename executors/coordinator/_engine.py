@@ -1,4 +1,4 @@
-"""The process coordinator: a process under test, supporting processes on its pid, ordered stop."""
+"""The coordinator's engine: `Coordinator`, its event loop and the ordered-stop state machine."""
 
 from __future__ import annotations
 
@@ -18,33 +18,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Literal, TextIO, final
 
-from ._coordinator_child import Child, Stream
-from ._coordinator_orphans import OrphanReaper
-from ._coordinator_output import Echo
-from ._coordinator_spec import (
-    ProcessResult,
+from ._child import Child, Stream
+from ._orphans import OrphanReaper
+from ._output import Echo
+from ._spec import (
     ProcessSpec,
-    Ready,
     RunResult,
-    parse_signal,
     signal_name,
 )
-from ._coordinator_template import PLACEHOLDERS, TemplateError, render
+from ._template import render
 
+# The package re-exports these with the specs, results and templates (executors.coordinator).
 __all__ = (
     "Coordinator",
     "CoordinatorStatistics",
-    "ProcessSpec",
-    "Ready",
-    "ProcessResult",
-    "RunResult",
-    "TemplateError",
-    "PLACEHOLDERS",
-    "EXIT_READY_TIMEOUT",
-    "EXIT_START_FAILED",
     "EXIT_NOT_EXECUTABLE",
     "EXIT_NOT_FOUND",
-    "parse_signal",
+    "EXIT_READY_TIMEOUT",
+    "EXIT_START_FAILED",
 )
 
 logger = logging.getLogger("executors.coordinator")
