@@ -37,7 +37,7 @@ from typing import ClassVar, Generic, TypeVar
 
 from ._atomic import atomic
 
-__all__ = ("Waiter", "TaskWaiter", "WaiterQueue")
+__all__ = ("Waiter", "TaskWaiter", "WaiterQueue", "bind_loop")
 
 T = TypeVar("T")
 
@@ -85,6 +85,44 @@ class TaskWaiter(Waiter):
     @property
     def waiting(self) -> bool:
         return not self.future.done()
+
+
+def bind_loop(
+    primitive: object,
+    bound: asyncio.AbstractEventLoop | None,
+    loop: asyncio.AbstractEventLoop,
+    busy: bool,
+    shared: str,
+) -> asyncio.AbstractEventLoop:
+    """The event loop `primitive` is bound to once a party of `loop` parks on it; or raise.
+
+    A loop-only primitive hands values over by resolving its waiters' futures in its atomic
+    sections. A future of another loop, resolved from that other loop's thread, never wakes
+    its task (its loop is not told): a silent hang. So a primitive is bound to the loop of the
+    parties that wait on it, and a party of another loop that would park raises, as asyncio's
+    primitives do (`asyncio.mixins._LoopBoundMixin._get_loop`, reached only from the waiting
+    path: the uncontended path pays nothing). Unlike asyncio's, the binding lasts only while the
+    primitive is `busy` (parties of `bound` parked, or woken and not resumed) and `bound` is
+    open: once idle, the primitive serves another loop (successive ``asyncio.run`` calls).
+
+    Args:
+        primitive: for the message.
+        bound: the loop bound last (None if never).
+        loop: the running loop of the party about to park.
+        busy: whether parties of `bound` are parked or woken now.
+        shared: the name in `integrations.bridge` of the primitive to use across loops.
+
+    Raises:
+        RuntimeError: `busy` on another, still open, loop ("... is bound to a different event
+            loop", asyncio's words), naming `shared`.
+    """
+    if bound is not None and bound is not loop and busy and not bound.is_closed():
+        raise RuntimeError(
+            f"{primitive!r} is bound to a different event loop: parties of {bound!r} wait on "
+            "it. A loop-only primitive serves one event loop at a time; to share one between "
+            f"event loops or threads use integrations.bridge.{shared}"
+        )
+    return loop
 
 
 W = TypeVar("W")

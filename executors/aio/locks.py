@@ -58,7 +58,7 @@ from typing import Final, Literal, TypeAlias, cast, final
 from executors.errors import WouldBlock
 
 from ._atomic import atomic
-from ._waiters import Waiter, WaiterQueue
+from ._waiters import Waiter, WaiterQueue, bind_loop
 
 __all__ = (
     "Semaphore",
@@ -166,7 +166,8 @@ class _FairPermits:
     """The machinery shared by Semaphore, BoundedSemaphore and Lock: permits and a FIFO line."""
 
     __slots__ = (
-        "__weakref__", "_bound", "_line", "_queued", "_stale", "_value", "_waiters", "_woken")
+        "__weakref__", "_bound", "_line", "_loop", "_queued", "_stale", "_value", "_waiters",
+        "_woken")
 
     _value: int
     _woken: int
@@ -175,6 +176,7 @@ class _FairPermits:
     _queued: set[_Entry]
     _stale: dict[_Entry, int]
     _bound: int | None
+    _loop: asyncio.AbstractEventLoop | None
 
     def _setup(self, value: int, bound: int | None) -> None:
         self._value = value  # free permits, not reserved (the name asyncio's tests inspect)
@@ -187,6 +189,9 @@ class _FairPermits:
         self._queued = queue._queued
         self._stale = queue._stale
         self._bound = bound
+        # The event loop of the tasks parked or woken here; meaningful only while any are (see
+        # _bind). The name is asyncio's (_LoopBoundMixin), so code that inspects it still works.
+        self._loop = None
 
     # -- atomic sections (plain functions: nothing can interleave with them) ----------------
 
@@ -198,7 +203,24 @@ class _FairPermits:
         return False
 
     @atomic
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Bind to `loop` before a party of it parks, or raise `RuntimeError` (see `bind_loop`).
+
+        Reached from the waiting path only, as in asyncio; bound only while tasks wait or are
+        woken here, so successive event loops keep working (asyncio binds for good).
+        """
+        shared = "SharedLock" if isinstance(self, Lock) else "SharedSemaphore"
+        self._loop = bind_loop(self, self._loop, loop, bool(self._queued or self._woken), shared)
+
+    @atomic
     def _park(self, waiter: Waiter) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # parked from outside any running loop: nothing to compare
+            pass
+        else:
+            if loop is not self._loop:
+                self._bind(loop)
         self._waiters.append(waiter)
         if self._value:
             # Only woken tasks that have not resumed kept us from the fast path: reserve a permit
@@ -291,6 +313,9 @@ class _FairPermits:
         # asyncio.Future() rather than loop.create_future(): one Python call less on the
         # contended path, as anyio does.
         fut: asyncio.Future[object] = _Future()
+        loop = fut.get_loop()
+        if loop is not self._loop:
+            self._bind(loop)  # asyncio's check, on the same (waiting) path only
         # WaiterQueue.append inlined (a fresh future is never queued yet).
         self._line.append(fut)
         self._queued.add(fut)
@@ -369,8 +394,12 @@ class Semaphore(_FairPermits):
       cancelled before it resumed passes its permit on. ``asyncio.timeout()``/``wait_for()``
       around ``acquire()`` behave the same. No permit is lost or duplicated.
     - An uncontended ``acquire()`` does not yield (as asyncio's). All methods must be called from
-      the thread running the event loop of the tasks using it (as asyncio's); unlike asyncio's,
-      it is not bound to the first loop that used it.
+      the thread running the event loop of the tasks using it (as asyncio's). A task of another
+      event loop that would wait while tasks of the first are parked (or woken) raises
+      `RuntimeError` ("is bound to a different event loop", as asyncio's) instead of hanging;
+      unlike asyncio's, the binding ends when nobody waits, so once idle it serves another loop
+      (successive ``asyncio.run`` calls). `integrations.bridge.SharedSemaphore` is the semaphore
+      for several loops and threads at once.
 
     Subclassed by `BoundedSemaphore` only.
 
@@ -414,6 +443,7 @@ class Semaphore(_FairPermits):
         Raises:
             asyncio.CancelledError: cancelled while waiting (including by ``asyncio.timeout()``);
                 it then holds no permit, and a permit it had been handed goes to the next waiter.
+            RuntimeError: it would wait while tasks of another event loop wait (see above).
         """
         if self._value and not self._woken:
             self._value -= 1
@@ -560,6 +590,10 @@ class Lock(_FairPermits):
     waiter until that waiter resumes (the lock is promised to it). `asyncio.Lock.locked()`
     returns False in that window although ``acquire()`` would wait (gh-138121).
 
+    Bound to an event loop only while tasks wait on it, as `Semaphore` is; a waiting task of
+    another loop gets `RuntimeError`. `integrations.bridge.SharedLock` serves several loops and
+    threads at once.
+
     Raises:
         TypeError: ``loop=`` (or any argument) is passed, as in asyncio.
 
@@ -591,6 +625,7 @@ class Lock(_FairPermits):
         Raises:
             asyncio.CancelledError: cancelled while waiting; the lock is not held by this task,
                 and if it had been handed over it passes to the next waiter.
+            RuntimeError: it would wait while tasks of another event loop wait.
         """
         if self._value:
             self._value = 0

@@ -1130,3 +1130,45 @@ def test_deferred_cancellation_at_end_of_timeout_block() -> None:
 
     expected = "nothing pending" if sys.version_info >= (3, 13) else "cancelled later"
     assert run(main) == ["block exited", expected]
+
+
+@pytest.mark.parametrize("how", ["get", "send", "select"])
+def test_parking_from_a_second_loop_while_one_waits_raises(how: str) -> None:
+    """Issue 17, for channels: a task of a second event loop that would park on a channel
+    while a task of the first is parked raises asyncio's "is bound to a different event loop"
+    RuntimeError naming SharedChannel (it used to park, and a wake-up from the first loop's
+    thread would never reach it), and registers nothing. Once the first loop's task is gone,
+    the channel serves the second loop."""
+    ch: Channel[int] = Channel(0)
+    loop1 = asyncio.new_event_loop()
+    try:
+        # A getter parks on the first loop (a sender for the "send" case, so that the second
+        # loop's send must park too rather than being matched at once).
+        parked = loop1.create_task(ch.send(1) if how == "send" else ch.get())
+        loop1.run_until_complete(asyncio.sleep(0))
+        before = ch.statistics()
+        assert before.waiting_getters + before.waiting_senders == 1
+
+        async def second() -> object:
+            async with asyncio.timeout(5):  # before the fix: parked until this timeout
+                if how == "get":
+                    return await ch.get()
+                if how == "send":
+                    return await ch.send(2)
+                return await select(Get(Channel()), Get(ch))
+
+        with pytest.raises(RuntimeError, match=r"different event loop.*SharedChannel"):
+            asyncio.run(second())
+        assert ch.statistics() == before
+        parked.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            loop1.run_until_complete(parked)
+
+        async def third() -> int:
+            getter = asyncio.create_task(ch.get())
+            await ch.send(7)
+            return await getter
+
+        assert asyncio.run(third()) == 7
+    finally:
+        loop1.close()

@@ -7,6 +7,7 @@ import dataclasses
 import gc
 import itertools
 import random
+import threading
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -162,6 +163,121 @@ def test_not_bound_to_the_first_event_loop() -> None:
 
     assert run(contend) == [0, 1, 2, 3]
     assert run(contend) == [0, 1, 2, 3]
+
+
+def _park_on_a_loop(prim: Permits) -> tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]:
+    """A new loop (not running now) on which a task holds `prim` and another is parked on it."""
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(prim.acquire())  # held by a task of `loop`
+
+    async def waiter() -> None:
+        async with prim:
+            pass
+
+    task = loop.create_task(waiter())
+    for _ in range(3):
+        loop.run_until_complete(asyncio.sleep(0))
+    assert live_waiters(prim) == 1
+    return loop, task
+
+
+@pytest.mark.parametrize(("cls", "shared"), [(Semaphore, "SharedSemaphore"),
+                                             (BoundedSemaphore, "SharedSemaphore"),
+                                             (Lock, "SharedLock")])
+def test_waiting_from_a_second_loop_while_one_waits_raises(cls: type[Permits],
+                                                           shared: str) -> None:
+    """Issue 17: a task of a second loop that would park while a task of the first is parked
+    gets asyncio's RuntimeError ("is bound to a different event loop") at once, naming the
+    shared primitive to use instead; it used to park for ever (the first loop's release would
+    resolve its future from the wrong loop). Nothing of the first loop's state changes."""
+    prim = cls()
+    loop1, parked = _park_on_a_loop(prim)
+    try:
+        async def second() -> None:
+            async with asyncio.timeout(5):  # before the fix: a hang, reported as TimeoutError
+                await prim.acquire()
+
+        with pytest.raises(RuntimeError, match=rf"bound to a different event loop.*{shared}"):
+            asyncio.run(second())
+        assert live_waiters(prim) == 1 and prim.locked()
+        # The first loop carries on: its holder releases, its waiter gets the permit.
+        prim.release()
+        loop1.run_until_complete(parked)
+        assert not prim.locked() and prim._woken == 0
+    finally:
+        loop1.close()
+
+
+def test_waiting_from_a_second_loop_in_another_thread_raises() -> None:
+    """The issue's scenario with real threads: loop 1 runs in a thread with a holder and a
+    parked waiter; a task of loop 2 (this thread) that would wait raises instead of hanging,
+    and loop 1's waiter still gets the lock when its holder releases."""
+    lock = Lock()
+    parked = threading.Event()
+    release = threading.Event()
+    errors: list[BaseException] = []
+
+    async def first_loop() -> None:
+        await lock.acquire()
+
+        async def waiter() -> None:
+            async with lock:
+                pass
+
+        task = asyncio.create_task(waiter())
+        await settle()
+        assert live_waiters(lock) == 1
+        parked.set()
+        assert await asyncio.to_thread(release.wait, 10)  # loop 1 keeps running meanwhile
+        lock.release()
+        await asyncio.wait_for(task, 10)
+
+    def thread_main() -> None:
+        try:
+            asyncio.run(first_loop())
+        except BaseException as exc:  # reported by the test below
+            errors.append(exc)
+
+    thread = threading.Thread(target=thread_main)
+    thread.start()
+    try:
+        assert parked.wait(10)
+
+        async def second() -> None:
+            async with asyncio.timeout(5):
+                await lock.acquire()
+
+        with pytest.raises(RuntimeError, match=r"bound to a different event loop.*SharedLock"):
+            asyncio.run(second())
+    finally:
+        release.set()
+        thread.join(10)
+    assert not thread.is_alive() and errors == []
+    assert not lock.locked()
+
+
+def test_binding_ends_when_the_first_loop_is_closed_with_a_waiter() -> None:
+    """A loop closed with a task still parked (never cancelled) does not bind the primitive for
+    ever: the next loop's task waits and is served normally."""
+    sem = Semaphore(1)
+    loop1, _ = _park_on_a_loop(sem)
+    loop1.close()
+
+    async def second() -> list[str]:
+        order: list[str] = []
+
+        async def worker(name: str) -> None:
+            async with sem:
+                order.append(name)
+
+        tasks = [asyncio.create_task(worker(name)) for name in "ab"]
+        await settle()  # both park behind the closed loop's task (not refused)
+        assert live_waiters(sem) == 3
+        sem.release()  # for the closed loop's holder; its parked task is skipped
+        await asyncio.gather(*tasks)
+        return order
+
+    assert asyncio.run(second()) == ["a", "b"]
 
 
 # -- fairness ------------------------------------------------------------------------------

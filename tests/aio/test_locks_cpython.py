@@ -49,8 +49,11 @@ _SKIPS = {
         "is deliberately True then. Pinned black-box by test_locks.py::test_lock_cancel_race"
     ),
     "test_ambiguous_loops": (
-        "(ConditionTests) sets lock._loop and expects asyncio's loop binding ('is bound to a "
-        "different event loop'); ours is deliberately not bound to a loop. Pinned by "
+        "(ConditionTests) sets lock._loop on a held lock nobody waits on and expects the next "
+        "wait to raise 'is bound to a different event loop'; ours is bound only while tasks "
+        "wait on it (so it serves successive loops), and the test's own task holds the lock, "
+        "so it would wait for ever. The error is pinned by test_locks.py::"
+        "test_waiting_from_a_second_loop_while_one_waits_raises, the successive loops by "
         "test_locks.py::test_not_bound_to_the_first_event_loop"
     ),
     "test_acquire_fifo_order_4": (
