@@ -54,8 +54,32 @@ def redeliver_cancel(task: asyncio.Task[Any]) -> None:
 
     Errors beat cancellation (gh-95704): a group or combinator raises its children's errors
     although `task` was cancelled meanwhile, and the cancellation must still reach `task` at
-    its next await, with ``cancelling()`` keeping its count (gh-116720).
+    its next await, with ``cancelling()`` keeping its count (gh-116720). Python 3.13 does it
+    with ``uncancel(); cancel()``: the cancellation is then pending, and an ``uncancel()`` to
+    zero before the next await withdraws it (the ``asyncio.timeout()`` around the group does
+    exactly that when it was the canceller).
+
+    On 3.11/3.12 that ``uncancel()`` leaves the pending cancellation in place, so the caller
+    would be cancelled at its next await by a cancellation its timeout already consumed, with
+    ``cancelling() == 0`` (issue 16). There the request is made once `task` has yielded to the
+    loop, and only if its count is still above zero: the same outcome as 3.13's. One
+    difference remains: a task that returns without awaiting anything after the group ends
+    with its result there, and cancelled on 3.13.
     """
-    if task.cancelling():
+    if not task.cancelling():
+        return
+    if UNCANCEL_CLEARS_MUST_CANCEL:
         task.uncancel()
         task.cancel()
+    else:
+        task.get_loop().call_soon(_redeliver_if_still_requested, task)
+
+
+def _redeliver_if_still_requested(task: asyncio.Task[Any]) -> None:
+    # Runs once `task` has yielded (it is the running task when redeliver_cancel is called): if
+    # nobody withdrew the cancellation meanwhile, cancel() interrupts the await it is parked
+    # on, and uncancel() first keeps the count where the outside canceller left it.
+    if task.done() or not task.cancelling():
+        return
+    task.uncancel()
+    task.cancel()

@@ -35,7 +35,9 @@ class TaskGroup:
     Guarantees (each is a bug or a change in CPython, now the same on every supported version):
         - Errors beat cancellation: if children failed, the group is raised even while the
           parent task is being cancelled (gh-95704), and an outside cancellation that arrived
-          meanwhile is re-delivered at the parent's next ``await`` (gh-116720).
+          meanwhile is re-delivered at the parent's next ``await`` (gh-116720), unless it is
+          withdrawn first: an ``asyncio.timeout()`` around the group that fired consumes its
+          own cancellation, and the parent carries on (3.11/3.12 re-delivered it, issue 16).
         - ``current_task().cancelling()`` is balanced on every exit path: the group withdraws
           exactly the cancellation it requested (gh-95289), also when two nested groups fail at
           once on 3.11/3.12, whose ``Task.uncancel()`` leaves a stale cancellation behind.
