@@ -16,7 +16,7 @@ from typing import Literal, TypedDict, TypeVar, final
 
 from typing_extensions import Unpack
 
-from . import registry
+from . import _threads, registry
 from ._clock import SYSTEM_CLOCK, Clock
 
 __all__ = ("PeriodicExecutor", "PeriodicExecutorStatistics")
@@ -307,11 +307,11 @@ class PeriodicExecutor:
                 # re-reads _stopped under this lock before exiting: it will carry on.
                 self._queue.put(None)
                 return
-            thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            thread = _threads.new_thread(self._run, self._name)
             self._thread = thread
             registry.register(self)
             try:
-                thread.start()
+                _threads.start(thread)
             except RuntimeError:
                 # "can't create new thread at interpreter shutdown" (cpython#114570): refuse
                 # quietly, as the executor would have been stopped a moment later anyway.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import threading
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
@@ -37,7 +38,7 @@ class _Registered(Protocol):
 # whatever thread collected the executor and takes no lock.
 _registered: set[weakref.ref[_Registered]] = set()
 _shutdown_hooks: list[Callable[[float], object]] = []
-_state = {"shutting_down": False, "exit_timeout": 1.0}
+_state = {"shutting_down": False, "exit_timeout": 1.0, "exited": False, "before_join": False}
 # Seconds of the exit budget already spent by exit steps that run before `_at_exit` (the
 # reapers' early flush, see executors.deferred): all of our exit work together waits at most
 # `exit_timeout()`, however many steps it is split into. Time other atexit handlers take
@@ -141,15 +142,40 @@ def _charge_exit(seconds: float) -> None:
     _exit_spent[0] += max(0.0, seconds)
 
 
+def stop_before_thread_join() -> None:
+    """Make the exit shutdown run before ``threading`` joins non-daemon threads (idempotent).
+
+    For the package (`executors._threads`): where daemon threads are refused, our threads are
+    non-daemon, and ``threading._shutdown`` joins those before ``atexit`` handlers run, so
+    without this the exit would wait forever for threads only the exit shutdown stops.
+    ``threading._register_atexit`` (3.9+, private) runs a callback just before that join, as
+    concurrent.futures and PyMongo (subinterpreters, 4.19+) use it; where it is absent, or
+    threading's shutdown has begun, the ``atexit`` handler remains.
+    """
+    if _state["before_join"]:
+        return
+    register = getattr(threading, "_register_atexit", None)
+    if register is None:
+        return
+    try:
+        register(_at_exit)
+    except RuntimeError:  # "can't register atexit after shutdown"
+        return
+    _state["before_join"] = True
+
+
 def _at_exit() -> None:
-    _state["shutting_down"] = True
+    # Runs once: from threading's shutdown (see stop_before_thread_join) or from atexit.
+    if _state["exited"]:
+        return
+    _state["exited"] = _state["shutting_down"] = True
     shutdown(_exit_budget_left())
 
 
 def _after_fork_in_child() -> None:
     # The child has one thread: ours are gone. Rebuild each object's internals (fresh locks and
     # queues, never released ones) and let each apply its fork policy.
-    _state["shutting_down"] = False
+    _state["shutting_down"] = _state["exited"] = False
     _exit_spent[0] = 0.0
     for obj in _live():
         obj._after_fork_in_child()

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Literal, TypeVar, TypeVarTuple, final, overload
 
-from . import registry
+from . import _threads, registry
 from ._clock import SYSTEM_CLOCK, Clock, SystemClock
 from .errors import ShutdownError
 from .periodic import PeriodicExecutor, check_interval
@@ -670,11 +670,10 @@ class BackgroundService:
             for job in self._jobs.values():
                 if not job._dedicated and not (job._paused or job._cancelled or job._stopped):
                     self._schedule(job, now + job._delay, now)
-            thread = threading.Thread(target=self._run_scheduler,
-                                      name=f"{self._name}-scheduler", daemon=True)
+            thread = _threads.new_thread(self._run_scheduler, f"{self._name}-scheduler")
             self._scheduler = thread
             registry.register(self)
-            thread.start()
+            _threads.start(thread)
         for job in list(self._jobs.values()):
             if job._executor is not None and not (job._paused or job._cancelled):
                 job._executor.open()
@@ -1199,15 +1198,15 @@ class BackgroundService:
                 self._idle -= 1
             elif len(self._threads) < self._workers and not self._closing:
                 spawn = True
-                thread = threading.Thread(target=self._run_worker, daemon=True,
-                                          name=f"{self._name}-worker-{len(self._threads) + 1}")
+                thread = _threads.new_thread(
+                    self._run_worker, f"{self._name}-worker-{len(self._threads) + 1}")
                 self._threads.append(thread)
             else:
                 self._unclaimed += 1
         self._work.put(item)
         if spawn:
             try:
-                thread.start()
+                _threads.start(thread)
             except RuntimeError:
                 # "can't create new thread at interpreter shutdown" (cpython#114570).
                 with self._lock:

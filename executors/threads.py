@@ -11,6 +11,7 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import Literal, ParamSpec, Self, TypeVar, final
 
+from . import _threads
 from .errors import ThreadCancelled
 
 __all__ = ("CancelToken", "ThreadGroup", "ThreadGroupStatistics")
@@ -288,15 +289,12 @@ class ThreadGroup:
                 raise RuntimeError(f"{self!r} is finished: it takes no new threads")
             self._started += 1
             self._running += 1
-            thread = threading.Thread(
-                target=context.run,
-                args=(self._token.run, self._body, future, fn, *args),
-                name=name or f"{self._name}-{self._started}",
-                daemon=True,
-            )
+            thread = _threads.new_thread(
+                context.run, name or f"{self._name}-{self._started}",
+                (self._token.run, self._body, future, fn, *args))
             self._threads.append(thread)
         try:
-            thread.start()
+            _threads.start(thread)
         except BaseException:
             with self._cond:
                 self._threads.remove(thread)

@@ -15,8 +15,7 @@ from concurrent.futures import wait as wait_futures
 from types import TracebackType
 from typing import Self, TypeVar, TypeVarTuple, Unpack, final, overload
 
-from executors import registry
-from executors._threads import new_thread, start
+from executors import _threads, registry
 from executors.aio import Channel as _Channel
 from executors.aio import Lock, Operation, SelectResult, Semaphore
 from executors.errors import ShutdownError
@@ -160,8 +159,8 @@ class Portal(PortalCore):
         if registry.is_shutting_down() or sys.is_finalizing():
             raise ShutdownError("the interpreter is shutting down: no new portal")
         if self._own:
-            thread = self._thread = new_thread(self._run, self._name)
-            start(thread)
+            thread = self._thread = _threads.new_thread(self._run, self._name)
+            _threads.start(thread)
             self._started.wait()
             if self._startup_error is not None:
                 error, self._startup_error = self._startup_error, None

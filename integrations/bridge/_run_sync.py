@@ -12,6 +12,7 @@ from types import TracebackType
 from typing import Final, Protocol, TypeVar, TypeVarTuple, Unpack
 
 from executors import CancelToken
+from executors._threads import start_thread
 from executors.aio import Semaphore
 
 __all__ = ("run_sync", "default_limiter", "DEFAULT_LIMIT", "Limiter")
@@ -87,9 +88,7 @@ class _Workers:
             return
         inbox = queue.SimpleQueue()
         inbox.put(job)
-        thread = threading.Thread(target=self._work, args=(inbox,),
-                                  name=f"executors-run_sync-{number}", daemon=True)
-        thread.start()
+        start_thread(self._work, f"executors-run_sync-{number}", (inbox,))
 
     def _work(self, inbox: queue.SimpleQueue[Job]) -> None:
         while True:
