@@ -258,12 +258,12 @@ class PersistentTaskGroup:
                 context.run(_current_group.set, self)
             task = loop.create_task(coro, name=name, context=context)
         self._spawned += 1
-        if task.done():
-            # Completed eagerly (3.12+ eager_task_factory): account for it without a callback.
-            self._on_task_done(task)
-        else:
-            self._tasks.add(task)
-            task.add_done_callback(self._on_task_done)
+        # Always through the done callback, even for a task that completed eagerly (3.12+):
+        # accounted inline, a BaseException shutting the group down would miss the task that
+        # is creating this one (running eagerly, not yet in `_tasks`), and the group would
+        # never end (CPython gh-128550, fixed so by gh-128588).
+        self._tasks.add(task)
+        task.add_done_callback(self._on_task_done)
         return task
 
     def _on_task_done(self, task: asyncio.Task[Any]) -> None:
@@ -313,11 +313,8 @@ class PersistentTaskGroup:
         # An async handler runs as one of our tasks, so the group's exit waits for it; its own
         # failure goes to the loop's handler (never to itself: no loops).
         handler_task = loop.create_task(_await(outcome), name=f"{self._name}-exception-handler")
-        if handler_task.done():
-            self._on_handler_done(handler_task, task)
-        else:
-            self._tasks.add(handler_task)
-            handler_task.add_done_callback(lambda t: self._on_handler_done(t, task))
+        self._tasks.add(handler_task)  # through the done callback even if eager, as above
+        handler_task.add_done_callback(lambda t: self._on_handler_done(t, task))
 
     def _on_handler_done(self, handler_task: asyncio.Task[Any], task: asyncio.Task[Any]) -> None:
         self._tasks.discard(handler_task)

@@ -46,8 +46,10 @@ class TaskGroup:
         - `KeyboardInterrupt` and `SystemExit` from the body or a child come out bare.
         - Finished children are released at once, and the group keeps no reference to the
           raised exceptions after it has raised them.
-        - Works under `asyncio.eager_task_factory` (a child that completes during `create_task`
-          is accounted for at once, gh-104144).
+        - Works under `asyncio.eager_task_factory`, including a child that starts eagerly and
+          creates a sibling that fails at once: the sibling's failure is accounted from its
+          done callback, after the child joined the group, so the child is cancelled too
+          (gh-128550; stdlib 3.12.1 and 3.13.0 hang there).
 
     Known limits (interpreter-level, shared with asyncio): a `KeyboardInterrupt` or
     `SystemExit` raised in a child also propagates out of the event loop (gh-102572); a
@@ -218,13 +220,12 @@ class TaskGroup:
             task = loop.create_task(coro, name=name)
         else:
             task = loop.create_task(coro, name=name, context=context)
-        if task.done():
-            # An eager task (3.12+) that completed during create_task: account for it now and
-            # skip the done-callback round trip (gh-104144).
-            self._on_task_done(task)
-        else:
-            self._tasks.add(task)
-            task.add_done_callback(self._on_task_done)
+        # Always through the done callback, even for an eager task (3.12+) that finished during
+        # create_task: accounted inline, a failure would abort the group while the child that
+        # is creating this task is still running eagerly and not yet in `_tasks`, so nothing
+        # would cancel it and the group would hang (gh-128550, fixed so by gh-128588).
+        self._tasks.add(task)
+        task.add_done_callback(self._on_task_done)
         return task
 
     def _abort(self) -> None:
@@ -234,7 +235,7 @@ class TaskGroup:
                 task.cancel()
 
     def _on_task_done(self, task: asyncio.Task[Any]) -> None:
-        # An atomic section: runs as a done-callback (or inline for an eager task).
+        # An atomic section: runs as a done-callback, never inline (gh-128550).
         self._tasks.discard(task)
         waiter = self._on_completed
         if waiter is not None and not self._tasks and not waiter.done():

@@ -6,6 +6,7 @@ import asyncio
 import contextvars
 import gc
 import math
+import sys
 import weakref
 from collections.abc import Coroutine
 from typing import Any
@@ -15,6 +16,7 @@ from helpers.aio_groups import (
     EAGER,
     Boom,
     MyBaseExc,
+    finishes_within,
     raise_after,
     run,
     run_never_awaited_free,
@@ -641,3 +643,38 @@ def test_old_import_path_still_works() -> None:
     assert taskgroups.PersistentTaskGroup is persistent.PersistentTaskGroup
     assert taskgroups.PersistentTaskGroupStatistics is persistent.PersistentTaskGroupStatistics
     assert taskgroups.spawn_background is persistent.spawn_background
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="eager_task_factory is new in 3.12")
+@pytest.mark.parametrize("mode", ["async with", "shutdown"])
+def test_ptg_eager_task_spawning_a_failing_sibling_does_not_hang(mode: str) -> None:
+    """issue 16 bug 2 (CPython gh-128550): under the eager task factory, a task that starts
+    eagerly creates a sibling that dies at once of a BaseException (which shuts the group
+    down), then waits forever. The death is accounted for from a done callback, once the
+    spawning task is in the group, so the shutdown cancels it and the BaseException comes out
+    (accounted inline, the spawner was missed and the group never ended)."""
+    stuck: list[asyncio.Task[Any]] = []
+
+    async def dies() -> None:
+        raise MyBaseExc
+
+    async def spawner(group: PersistentTaskGroup) -> None:
+        group.create_task(dies())
+        await asyncio.sleep(3600)
+
+    async def in_group() -> list[type[BaseException]]:
+        with pytest.raises(BaseExceptionGroup) as info:
+            if mode == "async with":
+                async with PersistentTaskGroup() as group:
+                    stuck.append(group.create_task(spawner(group)))
+            else:
+                group = PersistentTaskGroup()
+                stuck.append(group.create_task(spawner(group)))
+                await group.shutdown(timeout=None)
+        return [type(e) for e in info.value.exceptions]
+
+    async def main() -> list[type[BaseException]]:
+        return await finishes_within(in_group(), 5, stuck)  # type: ignore[no-any-return]
+
+    assert run(main(), eager=True) == [MyBaseExc]
+    assert stuck[0].cancelled()

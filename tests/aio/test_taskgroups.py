@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 import weakref
+from typing import Any
 
 import pytest
 from helpers.aio_groups import (
     EAGER,
     Boom,
     MyBaseExc,
+    finishes_within,
     raise_after,
     run,
     run_never_awaited_free,
@@ -213,3 +216,32 @@ def test_taskgroup_repr() -> None:
     entered, finished = run(main())
     assert entered == "<TaskGroup tasks=1 entered>"
     assert finished == "<TaskGroup finished>"
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="eager_task_factory is new in 3.12")
+def test_eager_child_spawning_a_failing_sibling_does_not_hang() -> None:
+    """issue 16 bug 2 (CPython gh-128550): under the eager task factory, a child that starts
+    eagerly creates a sibling that fails at once, then waits forever. The failure is accounted
+    for from a done callback, once the spawning child is in the group, so it is cancelled too
+    and the group raises the ExceptionGroup (accounted inline, the spawner was missed and the
+    group hung)."""
+    stuck: list[asyncio.Task[Any]] = []
+
+    async def fails() -> None:
+        raise Boom
+
+    async def spawner(tg: TaskGroup) -> None:
+        tg.create_task(fails())
+        await asyncio.sleep(3600)
+
+    async def group() -> list[type[BaseException]]:
+        with pytest.raises(ExceptionGroup) as info:
+            async with TaskGroup() as tg:
+                stuck.append(tg.create_task(spawner(tg)))
+        return [type(e) for e in info.value.exceptions]
+
+    async def main() -> list[type[BaseException]]:
+        return await finishes_within(group(), 5, stuck)  # type: ignore[no-any-return]
+
+    assert run(main(), eager=True) == [Boom]
+    assert stuck[0].cancelled()

@@ -6,12 +6,13 @@ import asyncio
 import gc
 import sys
 import warnings
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any
 
 import pytest
 
-__all__ = ("EAGER", "Boom", "MyBaseExc", "raise_after", "run", "run_never_awaited_free",
+__all__ = ("EAGER", "Boom", "MyBaseExc", "finishes_within", "raise_after", "run",
+           "run_never_awaited_free",
            "until_cancelled")
 
 #: The task-factory variants to run a test under: lazy always, eager where it exists (3.12+).
@@ -70,3 +71,18 @@ class Boom(Exception):
 
 class MyBaseExc(BaseException):
     pass
+
+
+async def finishes_within(
+    aw: Awaitable[Any], seconds: float, stuck: list[asyncio.Task[Any]]
+) -> Any:
+    """Await `aw` as a task; if it is not done within `seconds`, cancel the tasks in `stuck`
+    (which the code under test should have cancelled itself) so it can end, and fail."""
+    task = asyncio.ensure_future(aw)
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if not done:
+        for t in stuck:
+            t.cancel()
+        await asyncio.wait({task})
+        pytest.fail(f"did not finish within {seconds}s (hung until its stuck tasks were cancelled)")
+    return task.result()
