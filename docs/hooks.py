@@ -1,18 +1,66 @@
-"""MkDocs hooks: nav sections and API reference pages that follow the files in the tree."""
+"""MkDocs hooks: nav sections, API reference pages and measured figures that follow the tree.
+
+Measured figures come from the benchmark results, never typed by hand
+---------------------------------------------------------------------
+
+Any figure about a measured result (a latency, a throughput, a CPU share, a ratio) is written in
+a page as a marker that `on_page_markdown` replaces, at build time, by the value in
+``benchmarks/results/<area>.json``::
+
+    PyMongo's wake takes {{ bench("periodic", "wake() -> target", "pymongo 4.20.0") }} ms
+    ours is {{ bench_ratio("locks", "uncontended acquire/release", "executors", "asyncio") }}x
+    {{ bench_table("channels") }}
+
+- ``bench(area, metric, contender[, fmt])``: the median of `contender` on `metric` (the metric's
+  ``name`` and the contender's key in ``medians``, exactly as in the JSON file).
+- ``bench_ratio(area, metric, a, b[, fmt])``: median of `a` divided by median of `b`.
+- ``bench_table(area)``: a Markdown table of every metric of the area: the advantage of ours over
+  the best peer (how many times better), then one column per contender.
+- `fmt` is a format spec (``".1f"``, ``",.0f"``) or ``"k"`` (``356k``, ``4.44M``, ``0.539``:
+  three significant digits; tables use it); the default
+  gives two significant digits below 10, whole numbers above (``0.11``, ``5.5``, ``305``,
+  ``1,234``).
+
+An unknown area, metric or contender, or a malformed marker, fails the build and names the
+page, the marker and what the file offers. The arguments are Python literals (read with
+`ast.literal_eval`), so quotes inside names need escaping. README.md is rendered by GitHub, not by
+MkDocs: there a figure is followed by the same call in an HTML comment,
+``305 ms<!-- bench("periodic", "wake() -> target", "pymongo 4.20.0") -->``, and
+tests/test_docs_site.py checks that every such figure equals what `bench` renders, and that no
+figure with a unit in README's prose lacks its marker.
+"""
 
 from __future__ import annotations
 
+import ast
+import json
+import math
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
+from mkdocs.structure.pages import Page
 
-__all__ = ("TOPIC_ORDER", "on_config", "on_files", "public_modules")
+__all__ = (
+    "TOPIC_ORDER",
+    "bench",
+    "bench_ratio",
+    "bench_table",
+    "on_config",
+    "on_files",
+    "on_page_markdown",
+    "public_modules",
+    "render_figures",
+)
 
 DOCS = Path(__file__).resolve().parent
 CONTENT = DOCS / "content"
 ROOT = DOCS.parent
+RESULTS = ROOT / "benchmarks" / "results"
 PACKAGES = ("executors", "integrations")
 
 # Pages with a fixed place in mkdocs.yml's nav; every other top-level page is a topic.
@@ -105,3 +153,115 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
         content = f"::: {module}\n"
         files.append(File.generated(config, _reference_uri(module), content=content))
     return files
+
+
+# -- measured figures ------------------------------------------------------------------------------
+
+# `{{ bench(...) }}`, `{{ bench_ratio(...) }}`, `{{ bench_table(...) }}` in a page.
+MARKER = re.compile(r"\{\{\s*(bench|bench_ratio|bench_table)\((.*?)\)\s*\}\}", re.DOTALL)
+
+
+def _results(area: str) -> dict[str, Any]:
+    path = RESULTS / f"{area}.json"
+    if not path.is_file():
+        known = sorted(p.stem for p in RESULTS.glob("*.json"))
+        raise KeyError(f"no results file for area {area!r} (known: {known})")
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def _metric(area: str, metric: str) -> dict[str, Any]:
+    metrics: list[dict[str, Any]] = _results(area)["metrics"]
+    for entry in metrics:
+        if entry["name"] == metric:
+            return entry
+    raise KeyError(f"{area}.json has no metric {metric!r} (known: {[m['name'] for m in metrics]})")
+
+
+def _median(area: str, metric: str, contender: str) -> float:
+    medians: dict[str, float] = _metric(area, metric)["medians"]
+    if contender not in medians:
+        raise KeyError(f"{area}.json's {metric!r} has no contender {contender!r} "
+                       f"(known: {sorted(medians)})")
+    return float(medians[contender])
+
+
+def _format(value: float, fmt: str | None) -> str:
+    if math.isinf(value):
+        return "∞"
+    if fmt == "k":
+        for scale, suffix in ((1e6, "M"), (1e3, "k")):
+            if abs(value) >= scale:
+                scaled = value / scale
+                return f"{scaled:.3g}{suffix}" if scaled < 100 else f"{scaled:.0f}{suffix}"
+        fmt = ".3g"
+    if fmt is not None:
+        return format(value, fmt)
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 10:
+        return f"{value:.0f}"
+    return f"{value:#.2g}"
+
+
+def bench(area: str, metric: str, contender: str, fmt: str | None = None) -> str:
+    """The median of `contender` on `metric` in ``benchmarks/results/<area>.json``, formatted."""
+    return _format(_median(area, metric, contender), fmt)
+
+
+def bench_ratio(area: str, metric: str, a: str, b: str, fmt: str | None = None) -> str:
+    """The median of `a` divided by the median of `b` on `metric`, formatted."""
+    return _format(_median(area, metric, a) / _median(area, metric, b), fmt)
+
+
+def bench_table(area: str) -> str:
+    """Every metric of `area` as a Markdown table: one row per metric, one column per contender,
+    the units and the direction ("higher is better") in the metric's cell."""
+    data = _results(area)
+    contenders: list[str] = []
+    for entry in data["metrics"]:
+        contenders += [name for name in entry["medians"] if name not in contenders]
+    lines = ["| metric | advantage | " + " | ".join(contenders) + " |",
+             "|---|---|" + "---|" * len(contenders)]
+    for entry in data["metrics"]:
+        cells = [_format(entry["medians"][c], "k") if c in entry["medians"] else "—"
+                 for c in contenders]
+        label = f"{entry['name']} ({entry['unit']}, {entry['better']} is better)"
+        advantage = entry.get("advantage_over_best_peer")
+        edge = (f"{_format(advantage, '.1f')}x vs {entry['best_peer']}"
+                if advantage is not None and entry.get("best_peer") else "n/a")
+        lines.append(f"| {label} | {edge} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(f"Python {data['python']}, {data['rounds']} interleaved rounds, medians "
+                 f"(`benchmarks/results/{area}.json`).")
+    return "\n".join(lines)
+
+
+_CALLS: dict[str, Callable[..., str]] = {
+    "bench": bench, "bench_ratio": bench_ratio, "bench_table": bench_table,
+}
+
+
+def render_figures(text: str, where: str = "<text>") -> str:
+    """`text` with every measured-figure marker replaced by its value.
+
+    Raises:
+        ValueError: a marker names an unknown area, metric or contender, or is malformed.
+    """
+
+    def replace(match: re.Match[str]) -> str:
+        try:
+            args = ast.literal_eval(f"({match.group(2)},)")
+            return _CALLS[match.group(1)](*args)
+        except (KeyError, TypeError, ValueError, SyntaxError) as exc:
+            raise ValueError(f"{where}: {match.group(0)!r}: {exc}") from exc
+
+    return MARKER.sub(replace, text)
+
+
+def on_page_markdown(markdown: str, page: Page, **kwargs: Any) -> str:
+    """Replace the measured-figure markers of a page by the values in the results files."""
+    try:
+        return render_figures(markdown, page.file.src_uri)
+    except ValueError as exc:
+        raise PluginError(str(exc)) from exc

@@ -491,3 +491,70 @@ def test_every_public_dataclass_field_has_a_meaning() -> None:
                     for cls in _public_dataclasses()
                     for field, meaning in _field_meanings(cls).items() if not meaning]
     assert not undocumented, "fields without a meaning:\n" + "\n".join(undocumented)
+
+
+# -- measured figures come from benchmarks/results/*.json -----------------------------------------
+
+# A figure in README.md followed by the call that renders it (docs/hooks.py explains the syntax):
+# `305 ms<!-- bench("periodic", "wake() -> target", "pymongo 4.20.0") -->`.
+UNITS = r"(?:ms|µs|us|s|%|x|\u00d7)"  # times, a percentage, a ratio ("2.5x" or "2.5\u00d7")
+README_FIGURE = re.compile(rf"(\d[\d,.]*)(\s?{UNITS})?<!--\s*(bench\w*\(.*?\))\s*-->", re.DOTALL)
+# A number with a unit in prose.
+UNIT_FIGURE = re.compile(rf"(?<![\w.])\d[\d,.]*\s?{UNITS}(?!\w)")
+FENCED = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+
+
+def _prose(text: str) -> str:
+    """`text` without fenced code blocks and inline code spans (their figures are inputs)."""
+    return re.sub(r"`[^`\n]*`", "", FENCED.sub("", text))
+
+
+def test_readme_figures_match_the_results_files() -> None:
+    """Each measured figure in README.md equals what the call beside it renders from
+    benchmarks/results/*.json (an unknown area, metric or contender fails), so the README
+    cannot drift from the measurements."""
+    render_figures = _docs_module("hooks").render_figures
+    text = (ROOT / "README.md").read_text()
+    found = README_FIGURE.findall(text)
+    assert len(found) >= 5, "the README's measured figures carry no bench(...) marker"
+    wrong = []
+    for figure, _unit, call in found:
+        expected = render_figures("{{ " + call + " }}", "README.md")
+        if figure != expected:
+            wrong.append(f"{figure} where {call} gives {expected}")
+    assert not wrong, "README figures disagree with benchmarks/results:\n" + "\n".join(wrong)
+
+
+def test_readme_has_no_figure_typed_by_hand() -> None:
+    """Every number with a unit (ms, s, %, x) in README.md's prose carries its bench(...)
+    marker: a figure typed by hand would drift from the measurements."""
+    prose = _prose(README_FIGURE.sub("", (ROOT / "README.md").read_text()))
+    loose = UNIT_FIGURE.findall(prose)
+    assert not loose, f"README figures without a bench(...) marker: {loose}"
+
+
+@pytest.mark.timeout(360)
+def test_docs_figures_are_rendered_from_the_results_files(site: Path) -> None:
+    """The built pages show the values of benchmarks/results/*.json where their sources hold
+    bench(...) markers, and no marker is left unrendered."""
+    render_figures = _docs_module("hooks").render_figures
+    leftover = [str(p.relative_to(site)) for p in site.rglob("*.html")
+                if "{{ bench" in p.read_text()]
+    assert not leftover, f"unrendered bench markers in {leftover}"
+    comparison = (CONTENT / "comparison.md").read_text()
+    call = 'bench("periodic", "wake() -> target", "pymongo 4.20.0")'
+    assert "{{ " + call + " }}" in comparison, "the comparison page types PyMongo's wake by hand"
+    built = _plain(html.unescape(re.sub(r"<[^>]+>", " ",
+                                        (site / "comparison" / "index.html").read_text())))
+    assert _plain(render_figures("{{ " + call + " }} ms")) in built
+
+
+def test_an_unknown_benchmark_key_is_an_error() -> None:
+    """A marker naming an area, metric or contender the results files do not have is an error
+    naming what they offer, so a renamed metric fails the docs build instead of vanishing."""
+    render_figures = _docs_module("hooks").render_figures
+    for call, says in [('bench("nope", "x", "y")', "no results file"),
+                       ('bench("periodic", "no such metric", "executors")', "wake() -> target"),
+                       ('bench("periodic", "wake() -> target", "nobody")', "pymongo")]:
+        with pytest.raises(ValueError, match=re.escape(says)):
+            render_figures("{{ " + call + " }}", "page.md")
