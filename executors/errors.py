@@ -33,8 +33,14 @@ class ChannelClosed(ClosedError):
     """Raised by a channel operation once the channel is closed (and, for ``get``, drained)."""
 
 
-class ShutdownError(ClosedError):
-    """Raised when work is submitted to something that has been shut down."""
+class ShutdownError(ClosedError, RuntimeError):
+    """Raised when work is submitted to something that has been shut down.
+
+    Also a `RuntimeError`: `asyncio.TaskGroup` ("is finished"), `concurrent.futures` executors
+    ("cannot schedule new futures after shutdown") and ``aiotools.PersistentTaskGroup`` ("has
+    already finished") raise `RuntimeError` for the same mistake, and code written for them
+    catches that.
+    """
 
 
 class ThreadCancelled(ExecutorsError):
