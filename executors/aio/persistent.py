@@ -10,6 +10,7 @@ import contextvars
 import dataclasses
 import inspect
 import itertools
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import Any, Self, TypeVar, final
@@ -36,6 +37,11 @@ _current_group: contextvars.ContextVar[PersistentTaskGroup | None] = contextvars
     "executors.aio.current_persistent_task_group", default=None
 )
 _group_names = itertools.count(1)
+_serials = itertools.count()
+# Every group from its construction until it is closed with no task left, in creation order
+# (aiotools' `all_ptaskgroups()`, which aiomonitor-style tools list). Weak: a group nobody holds
+# is not kept alive by being listed.
+_live: weakref.WeakValueDictionary[int, PersistentTaskGroup] = weakref.WeakValueDictionary()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +127,7 @@ class PersistentTaskGroup:
         "_name",
         "_parent",
         "_parent_cancel_requested",
+        "_serial",
         "_shutting_down",
         "_spawned",
         "_succeeded",
@@ -159,6 +166,8 @@ class PersistentTaskGroup:
         self._failed = 0
         self._cancelled = 0
         self._handler_errors = 0
+        self._serial = next(_serials)
+        _live[self._serial] = self
 
     # -- introspection -----------------------------------------------------------------------
 
@@ -180,6 +189,17 @@ class PersistentTaskGroup:
         """The group owning the running code: the innermost ``async with`` group, or the group
         whose task is running; None outside any."""
         return _current_group.get()
+
+    @classmethod
+    def all_ptaskgroups(cls) -> list[PersistentTaskGroup]:
+        """Every group not yet finished, in creation order (aiotools' name and meaning).
+
+        A group is listed from its construction until it is closed (``shutdown()`` or the
+        ``async with`` exit) and has no task left; groups of every event loop are listed.
+        """
+        # valuerefs() copies under the GIL: safe while other threads' loops make groups.
+        groups = (ref() for ref in _live.valuerefs())
+        return [g for g in groups if g is not None and g._state() != "closed"]
 
     def _state(self) -> str:
         if self._closed:
@@ -422,6 +442,7 @@ class PersistentTaskGroup:
                     self._idle.remove(idle)
         self._begin_shutdown()
         late_cancel = await self._wait_idle()
+        _live.pop(self._serial, None)
         cancelled = cancelled or late_cancel
         self._raise_base_error()
         if cancelled is not None:
@@ -466,6 +487,7 @@ class PersistentTaskGroup:
                 self._begin_shutdown()
             cancelled = await self._wait_idle()
             self._closed = True
+            _live.pop(self._serial, None)
             if self._parent_cancel_requested and self._parent is not None:
                 # We interrupted the body (a task raised a BaseException): withdraw exactly
                 # that cancellation; the base error raised below replaces it.

@@ -678,3 +678,47 @@ def test_ptg_eager_task_spawning_a_failing_sibling_does_not_hang(mode: str) -> N
 
     assert run(main(), eager=True) == [MyBaseExc]
     assert stuck[0].cancelled()
+
+
+def test_all_ptaskgroups_lists_the_live_groups() -> None:
+    """issue 16 (aiotools compatibility): PersistentTaskGroup.all_ptaskgroups() lists every
+    group from its construction until it is closed with no task left, in creation order, as
+    aiotools' classmethod of that name does; a group nobody holds drops out."""
+    before = set(PersistentTaskGroup.all_ptaskgroups())
+
+    def mine() -> list[str]:
+        return [g.name for g in PersistentTaskGroup.all_ptaskgroups() if g not in before]
+
+    async def main() -> list[list[str]]:
+        seen = []
+        attribute = PersistentTaskGroup(name="attribute")
+        seen.append(mine())
+        async with PersistentTaskGroup(name="outer") as outer:
+            async with PersistentTaskGroup(name="inner"):
+                outer.create_task(asyncio.sleep(0.01))
+                seen.append(mine())
+            seen.append(mine())
+        seen.append(mine())
+        attribute.create_task(asyncio.sleep(3600))
+        shutting = asyncio.ensure_future(attribute.shutdown())
+        await asyncio.sleep(0)
+        seen.append(mine())  # shutting down: still listed until its task has finished
+        await shutting
+        seen.append(mine())
+        forgotten = PersistentTaskGroup(name="forgotten")
+        seen.append(mine())
+        del forgotten
+        gc.collect()
+        seen.append(mine())
+        return seen
+
+    assert run(main()) == [
+        ["attribute"],
+        ["attribute", "outer", "inner"],
+        ["attribute", "outer"],
+        ["attribute"],
+        ["attribute"],
+        [],
+        ["forgotten"],
+        [],
+    ]
