@@ -189,7 +189,8 @@ def _put_pid(stderr: str) -> int:
 
 
 def test_usage_errors(tmp_path: Path) -> None:
-    """Usage errors exit 2 with a message: unknown names, bad values, no command."""
+    """Usage errors exit 2 with a message naming the flag: unknown names, bad values (seconds
+    by the library's one rule), no command."""
     cases = [
         (["--", ], "missing -- COMMAND"),
         (["--grace", "nope=1", "--", "true"], "no process named 'nope'"),
@@ -197,9 +198,16 @@ def test_usage_errors(tmp_path: Path) -> None:
         (["--with", "a=true", "--on-exit", "a=maybe", "--", "true"], "stop or ignore"),
         (["--with", "a", "--", "true"], "NAME=COMMAND"),
         (["--ready", "put=soon", "--", "true"], "regex:PATTERN or delay:SECONDS"),
-        (["--grace", "-1", "--", "true"], "grace"),
         (["--no-group-kill", "nope", "--", "true"], "no process named 'nope'"),
-        (["--ready-timeout", "0", "--", "true"], "ready_timeout"),
+        # Seconds follow the library's one rule, and the message names the flag as typed.
+        (["--grace", "-1", "--", "true"], "--grace must be >= 0 seconds, got -1.0"),
+        (["--grace", "nan", "--", "true"], "--grace must be a finite number of seconds"),
+        (["--grace", "put=inf", "--", "true"], "--grace put must be a finite number of seconds"),
+        (["--grace", "soon", "--", "true"], "--grace 'soon': expected a number of seconds"),
+        (["--ready-timeout", "0", "--", "true"], "--ready-timeout must be > 0 seconds, got 0.0"),
+        (["--ready-timeout", "inf", "--", "true"], "--ready-timeout must be a finite number"),
+        (["--ready", "put=delay:-1", "--", "true"],
+         "--ready put=delay:-1: ready delay must be >= 0 seconds"),
     ]
     for args, message in cases:
         proc = run(args)

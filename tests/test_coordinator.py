@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -745,6 +746,13 @@ def test_specs_reject_bad_input() -> None:
         Coordinator(ProcessSpec("a", "x"), [ProcessSpec("a", "y")])
     with pytest.raises(ValueError, match="ready_timeout"):
         Coordinator(ProcessSpec("a", "x"), ready_timeout=0)
+    # Seconds follow executors._validate's one rule: no bool, nothing infinite.
+    with pytest.raises(TypeError, match="grace must be a number of seconds"):
+        ProcessSpec("a", "x", grace=True)
+    with pytest.raises(ValueError, match="ready_timeout must be a finite number"):
+        Coordinator(ProcessSpec("a", "x"), ready_timeout=float("inf"))
+    with pytest.raises(ValueError, match="ready delay must be >= 0"):
+        Ready.delay(-1)
 
 
 def test_run_twice_and_thread_rules(tmp_path: Path) -> None:
@@ -789,3 +797,60 @@ def test_line_buffer_splits_and_bounds_lines() -> None:
     assert buf.feed(b"c\nd") == [b"abc"]
     assert buf.flush() == [b"d"]
     assert len(buf.feed(b"x" * (200 * 1024))) == 3
+
+
+# A program whose main thread calls stop() in a loop while a signal handler calls it too: the
+# handler runs between two bytecodes of the main thread, possibly inside stop() itself. Any lock
+# on that path would be taken twice by one thread and the program would hang (the reason
+# PeriodicExecutor.close() takes none either). It runs in a child so a hang fails the test
+# instead of freezing pytest.
+_STOP_FROM_HANDLER = """
+import os, signal, sys, threading
+from executors.coordinator import Coordinator, ProcessSpec
+
+put = ProcessSpec("put", [sys.executable, "-c", "import time; time.sleep(60)"], grace=0)
+coordinator = Coordinator(put, handle_signals=False)
+handled = 0
+
+def on_usr1(signum, frame):
+    global handled
+    handled += 1
+    coordinator.stop()
+
+signal.signal(signal.SIGUSR1, on_usr1)
+main = threading.get_ident()
+fired = threading.Event()
+
+def fire():
+    for _ in range(int(sys.argv[1])):
+        signal.pthread_kill(main, signal.SIGUSR1)
+    fired.set()
+
+runner = threading.Thread(target=coordinator.run)
+runner.start()
+threading.Thread(target=fire).start()
+calls = 0
+while not fired.is_set() or calls < 1000:
+    coordinator.stop()
+    calls += 1
+runner.join(30)
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+stats = coordinator.statistics()
+print(calls, handled, stats.stop_requests, stats.phase, runner.is_alive(), flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_stop_is_safe_in_a_signal_handler_that_interrupts_stop() -> None:
+    """stop() called from a signal handler that interrupts the same thread's own stop() call
+    (thousands of times) never deadlocks; every request is counted, and the run stops."""
+    try:
+        proc = subprocess.run([sys.executable, "-c", _STOP_FROM_HANDLER, "20000"],
+                              capture_output=True, text=True, timeout=60, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail("stop() from a signal handler deadlocked the program")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    calls, handled, requests, phase, alive = proc.stdout.split()
+    assert int(handled) > 0
+    assert int(requests) == int(calls) + int(handled)
+    assert (phase, alive) == ("done", "False")

@@ -6,7 +6,10 @@ import argparse
 import os
 import signal
 import sys
+from collections.abc import Callable
+from typing import TypeVar
 
+from executors._validate import seconds
 from executors.coordinator import Coordinator, ProcessSpec, Ready, TemplateError, parse_signal
 
 __all__ = ("DESCRIPTION", "EPILOG", "HELP", "NAME", "add_arguments", "run")
@@ -34,6 +37,8 @@ example:
   executors supervise --log-dir out --with 'spy=py-spy record -o {outdir}/put.svg -p {pid}' \\
       -- python app.py
 """
+
+_T = TypeVar("_T")
 
 # Profilers that lose their results on SIGTERM (research note, section 3, measured).
 _TERM_LOSES_OUTPUT = (("py-spy", "record"), ("perf", "stat"))
@@ -89,6 +94,29 @@ def _pairs(values: list[str], option: str, names: set[str],
     return out
 
 
+def _seconds(text: str, option: str, parser: argparse.ArgumentParser, *,
+             allow_zero: bool = True) -> float:
+    """*text* as seconds by the library's one rule (`executors._validate`); a usage error
+    names the option as typed."""
+    try:
+        value = float(text)
+    except ValueError:
+        parser.error(f"{option} {text!r}: expected a number of seconds")
+    try:
+        return seconds(value, option, allow_zero=allow_zero)
+    except ValueError as exc:
+        parser.error(str(exc))
+
+
+def _per_process(text: str, option: str, name: str, parser: argparse.ArgumentParser,
+                 parse: Callable[[str], _T]) -> _T:
+    """*parse(text)*, or a usage error naming ``option NAME=TEXT`` and the reason."""
+    try:
+        return parse(text)
+    except ValueError as exc:
+        parser.error(f"{option} {name}={text}: {exc}")
+
+
 def _build(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Coordinator:
     command = list(args.command)
     if command and command[0] == "--":
@@ -103,42 +131,43 @@ def _build(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Coordin
         withs.append((name, cmd))
     names = {args.name, *(n for n, _ in withs)}
     default_grace = 5.0
-    graces: dict[str, str] = {}
+    graces: dict[str, float] = {}
     for value in args.grace:
         if "=" in value:
-            graces.update(_pairs([value], "--grace", names, parser))
+            for name, text in _pairs([value], "--grace", names, parser).items():
+                graces[name] = _seconds(text, f"--grace {name}", parser)
         else:
-            try:
-                default_grace = float(value)
-            except ValueError:
-                parser.error(f"--grace {value!r}: expected [NAME=]SECONDS")
+            default_grace = _seconds(value, "--grace", parser)
+    ready_timeout = _seconds(str(args.ready_timeout), "--ready-timeout", parser,
+                             allow_zero=False)
     stops = _pairs(args.stop_signal, "--stop-signal", names, parser)
     on_exit = _pairs(args.on_exit, "--on-exit", names - {args.name}, parser)
     readies = _pairs(args.ready, "--ready", names, parser)
     for name in args.no_group_kill:
         if name not in names:
             parser.error(f"--no-group-kill {name!r}: no process named {name!r}")
+    for name, value in on_exit.items():
+        if value not in ("stop", "ignore"):
+            parser.error(f"--on-exit {name}={value}: expected stop or ignore")
     try:
         specs = []
         for name, cmd in [(args.name, command), *withs]:
-            grace = float(graces.get(name, default_grace))
-            stop = parse_signal(stops[name]) if name in stops else None
             specs.append(ProcessSpec(
                 name,
                 cmd,
-                stop_signal=stop,
-                grace=grace,
+                stop_signal=_per_process(stops[name], "--stop-signal", name, parser,
+                                         parse_signal) if name in stops else None,
+                grace=graces.get(name, default_grace),
                 on_exit="ignore" if on_exit.get(name) == "ignore" else "stop",
-                ready=Ready.parse(readies[name]) if name in readies else None,
+                ready=_per_process(readies[name], "--ready", name, parser,
+                                   Ready.parse) if name in readies else None,
                 group_kill=name not in args.no_group_kill,
             ))
-            if on_exit.get(name, "stop") not in ("stop", "ignore"):
-                parser.error(f"--on-exit {name}={on_exit[name]}: expected stop or ignore")
         color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
         coordinator = Coordinator(
             specs[0], specs[1:], log_dir=args.log_dir, outdir=args.outdir,
             echo=None if args.quiet else sys.stdout, color=color,
-            ready_timeout=args.ready_timeout, subreaper=not args.no_subreaper,
+            ready_timeout=ready_timeout, subreaper=not args.no_subreaper,
         )
     except (TemplateError, ValueError, TypeError) as exc:
         parser.error(str(exc))

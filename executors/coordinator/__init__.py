@@ -1,7 +1,8 @@
 """The process coordinator: a process under test, supporting processes on its pid, ordered stop.
 
-A subsystem of its own: it imports nothing else from `executors`, and the `executors supervise`
-command is a thin layer over it. Layout (every module but this one is private):
+A subsystem of its own: it uses nothing else from `executors` but the one rule for seconds
+(`executors._validate`), and the `executors supervise` command is a thin layer over it. Layout
+(every module but this one is private):
 
 - `_engine.py`: `Coordinator`, the event loop and the stop state machine;
 - `_spec.py`: what it is told to run (`ProcessSpec`, `Ready`) and what it reports (results);

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import logging
 import os
+import queue
 import re
 import select
 import selectors
@@ -17,6 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Literal, TextIO, final
+
+from executors._validate import seconds as _seconds
 
 from ._child import Child, Stream
 from ._orphans import OrphanReaper
@@ -153,10 +156,7 @@ class Coordinator:
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"process names must be unique; repeated: {', '.join(duplicates)}")
-        if isinstance(ready_timeout, bool) or not isinstance(ready_timeout, (int, float)) or not (
-            0 < ready_timeout < float("inf")
-        ):
-            raise ValueError(f"ready_timeout must be a finite number > 0, got {ready_timeout!r}")
+        ready_timeout = _seconds(ready_timeout, "ready_timeout", allow_zero=False)
         if not callable(clock):
             raise TypeError(f"clock must be callable, got {clock!r}")
         self._log_dir = None if log_dir is None else Path(log_dir)
@@ -169,7 +169,7 @@ class Coordinator:
         self._children = [self._put, *self._supporting]
         self._echo_stream = echo
         self._color = color
-        self._ready_timeout = float(ready_timeout)
+        self._ready_timeout = ready_timeout
         self._handle_signals = handle_signals
         self._subreaper = subreaper
         self._env = dict(os.environ if env is None else env)
@@ -179,12 +179,15 @@ class Coordinator:
         self._trigger: tuple[str, str | None, str | None, int, str] | None = None
         self._force = False
         self._stop_requests = 0
-        self._pending_stops = 0  # stop() before run() or before the loop reads the socket
+        # stop() may run in a signal handler that interrupted this very thread, even inside
+        # another stop(): it must take no lock (a non-reentrant lock taken twice by one thread
+        # hangs it). So a request is a SimpleQueue.put (reentrant, documented safe there) and
+        # a wake-up byte to the loop's socket; the loop counts the requests from the queue.
+        self._stops: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._orphans = OrphanReaper(self._say, KILL_WAIT)
         self._reap_flag = False
         self._t0 = 0.0
-        self._lock = threading.Lock()  # guards _wsock for stop() from other threads
-        self._wsock: socket.socket | None = None
+        self._wsock: socket.socket | None = None  # set only while run() reads its other end
         self._sel: selectors.BaseSelector | None = None
         self._echo = Echo(None, [], color=False)
         self._coord_log: BinaryIO | None = None
@@ -204,7 +207,7 @@ class Coordinator:
             exited=sum(1 for c in self._children if c.exited),
             signals_sent=sum(len(c.signals) for c in self._children),
             orphans_reaped=self._orphans.reaped,
-            stop_requests=self._stop_requests + self._pending_stops,
+            stop_requests=self._stop_requests + self._stops.qsize(),
         )
 
     @property
@@ -215,15 +218,18 @@ class Coordinator:
     def stop(self) -> None:
         """Ask the run to stop in order; a second call skips the remaining grace periods.
 
-        Thread-safe and usable from a signal handler: it only writes one byte to a socket.
-        A stop before `run()` makes the run stop right after the process under test starts.
+        Thread-safe and usable from a signal handler, even one that interrupted a `stop()` in
+        the same thread: it takes no lock, only puts on a `queue.SimpleQueue` and writes one
+        byte to the run's wake-up socket. A stop before `run()` makes the run stop right after
+        the process under test starts.
         """
-        with self._lock:
-            if self._wsock is None:
-                self._pending_stops += 1
-                return
+        self._stops.put(None)
+        wsock = self._wsock  # one read: run() may clear it at any moment
+        if wsock is not None:
+            # Closed by a run that just ended (the request stays queued and counted), or a full
+            # buffer (the loop has wake-ups to read already): either way nothing is lost.
             with contextlib.suppress(OSError):
-                self._wsock.send(b"\0")
+                wsock.send(b"\0")
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -269,16 +275,16 @@ class Coordinator:
             undo = self._orphans.enable(self._subreaper)
             if undo is not None:
                 restore.append(undo)
-            with self._lock:
-                self._wsock = wsock
-                pending, self._pending_stops = self._pending_stops, 0
+            # Publish the socket first, then take what is queued: a stop() in between is
+            # either taken now or followed by its wake-up byte, never missed.
+            self._wsock = wsock
+            pending = self._take_stops()
             self._t0 = self._clock()
             result = self._run(rsock, pending)
             self._result = result
             return result
         finally:
-            with self._lock:
-                self._wsock = None
+            self._wsock = None
             self._emergency_cleanup()
             for undo in reversed(restore):
                 undo()
@@ -342,11 +348,22 @@ class Coordinator:
                 return
             for byte in data:
                 if byte == 0:
-                    self._on_stop_request(None)
+                    for _ in range(self._take_stops()):
+                        self._on_stop_request(None)
                 elif byte == signal.SIGCHLD:
                     self._reap_flag = True
                 elif byte in _STOP_SIGNALS:
                     self._on_stop_request(signal.Signals(byte))
+
+    def _take_stops(self) -> int:
+        """How many stop() requests are queued; they are taken off the queue."""
+        taken = 0
+        while True:
+            try:
+                self._stops.get_nowait()
+            except queue.Empty:
+                return taken
+            taken += 1
 
     def _on_stop_request(self, sig: signal.Signals | None) -> None:
         self._stop_requests += 1

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 import signal
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Literal
+
+from executors._validate import seconds as _seconds
 
 from ._template import check_template, split_command
 
@@ -52,14 +53,6 @@ def signal_name(signum: int) -> str:
         return f"SIG{signum}"
 
 
-def _check_seconds(value: float, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{what} must be a number of seconds, got {value!r}")
-    if math.isnan(value) or math.isinf(value) or value < 0:
-        raise ValueError(f"{what} must be a finite number >= 0, got {value!r}")
-    return float(value)
-
-
 @dataclass(frozen=True, slots=True)
 class Ready:
     """When a started process counts as ready, so the next one may start.
@@ -86,7 +79,7 @@ class Ready:
 
     @classmethod
     def delay(cls, seconds: float) -> Ready:
-        return cls("delay", repr(_check_seconds(seconds, "ready delay")))
+        return cls("delay", repr(_seconds(seconds, "ready delay")))
 
     @classmethod
     def parse(cls, text: str) -> Ready:
@@ -145,7 +138,7 @@ class ProcessSpec:
         object.__setattr__(self, "argv", argv)
         if self.stop_signal is not None:
             object.__setattr__(self, "stop_signal", parse_signal(self.stop_signal))
-        object.__setattr__(self, "grace", _check_seconds(self.grace, "grace"))
+        object.__setattr__(self, "grace", _seconds(self.grace, "grace"))
         if self.on_exit not in ("stop", "ignore"):
             raise ValueError(f"on_exit must be 'stop' or 'ignore', got {self.on_exit!r}")
         if self.ready is not None and not isinstance(self.ready, Ready):
