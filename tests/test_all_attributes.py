@@ -51,6 +51,7 @@ NOT_REEXPORTED_AT_ROOT = {"executors.registry", "executors.testing", "executors.
 def test_package_reexports_module(name: str) -> None:
     """The public names of each module are re-exported by its package, where the plan says so."""
     module = importlib.import_module(name)
+    package: types.ModuleType
     if name.startswith("executors.aio."):
         package = executors.aio
     elif name in NOT_REEXPORTED_AT_ROOT or name in ("executors", "executors.aio") or \
