@@ -144,23 +144,25 @@ class WaiterQueue(Generic[W]):
     waiter may be appended again: it then queues at the tail.
     """
 
-    __slots__ = ("_items", "_queued", "_stale")
+    __slots__ = ("_items", "_stale", "live")
 
     #: Compact only past this many tombstones (small lines are never worth it).
     _COMPACT_MIN: ClassVar[int] = 64
 
     def __init__(self) -> None:
         # Arrival order, live entries and tombstones. Every entry of a waiter but its newest is a
-        # tombstone, and so is the newest if the waiter is not in _queued: so, walking from the
+        # tombstone, and so is the newest if the waiter is not in `live`: so, walking from the
         # head, a waiter's first _stale[waiter] entries are its tombstones.
-        # The primitives alias these three containers for their hot paths (see aio.locks): they
-        # are mutated in place and never replaced.
         self._items: deque[W] = deque()
-        self._queued: set[W] = set()  # the live entries
+        #: The set of queued (live) waiters, in no order. Part of the protocol, read-only: a
+        #: primitive may test it (``if queue.live``, ``waiter in queue.live``) where a call of
+        #: ``__bool__``/``__contains__`` would cost too much on its hot path (aio.locks keeps
+        #: a reference to it), but must never change it. Never replaced, only mutated in place.
+        self.live: set[W] = set()
         self._stale: dict[W, int] = {}  # tombstones per waiter, for waiters that have any
 
     def append(self, waiter: W) -> None:
-        queued = self._queued
+        queued = self.live
         if waiter not in queued:
             queued.add(waiter)
             self._items.append(waiter)
@@ -174,7 +176,7 @@ class WaiterQueue(Generic[W]):
             if stale and waiter in stale:
                 self._bury(waiter)
                 continue
-            self._queued.discard(waiter)
+            self.live.discard(waiter)
             return waiter
         raise IndexError("popleft from an empty WaiterQueue")
 
@@ -193,7 +195,7 @@ class WaiterQueue(Generic[W]):
 
     def discard(self, waiter: W) -> bool:
         """Remove `waiter` wherever it is; True if it was queued. O(1) amortized."""
-        queued = self._queued
+        queued = self.live
         if waiter not in queued:
             return False
         queued.discard(waiter)
@@ -214,10 +216,10 @@ class WaiterQueue(Generic[W]):
             del stale[waiter]
 
     def _compact(self) -> None:
-        # In place: the primitives keep a reference to the deque for their hot paths.
+        # In place: `live` and the deque are never replaced (primitives keep `live`).
         items = self._items
         stale = self._stale
-        queued = self._queued
+        queued = self.live
         live: list[W]
         if queued.isdisjoint(stale):
             # The usual case: no waiter with tombstones is queued again, so every entry of a
@@ -237,13 +239,13 @@ class WaiterQueue(Generic[W]):
         items.extend(live)
 
     def __contains__(self, waiter: object) -> bool:
-        return waiter in self._queued
+        return waiter in self.live
 
     def __len__(self) -> int:
-        return len(self._queued)
+        return len(self.live)
 
     def __bool__(self) -> bool:
-        return bool(self._queued)
+        return bool(self.live)
 
     def __iter__(self) -> Iterator[W]:
         """The queued waiters in FIFO order, as a snapshot."""
@@ -258,5 +260,5 @@ class WaiterQueue(Generic[W]):
         return iter(live)
 
     def __repr__(self) -> str:
-        return f"<WaiterQueue len={len(self._queued)}>"
+        return f"<WaiterQueue len={len(self.live)}>"
 

@@ -7,9 +7,10 @@ import contextvars
 import dataclasses
 import itertools
 import logging
-import math
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, final
+
+from executors import _validate
 
 __all__ = ("AsyncPeriodicExecutor", "AsyncPeriodicExecutorStatistics")
 
@@ -18,18 +19,6 @@ logger = logging.getLogger("executors.aio.periodic")
 OnError = Literal["continue", "stop"]
 
 _names = itertools.count(1)
-
-
-def _seconds(value: object, name: str) -> float:
-    """Validate a duration: a real number, finite, not NaN, >= 0; named in the error."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    seconds = float(value)
-    if math.isnan(seconds) or math.isinf(seconds):
-        raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
-    if seconds < 0:
-        raise ValueError(f"{name} must be >= 0 seconds, got {value!r}")
-    return seconds
 
 
 def _release(future: asyncio.Future[None]) -> None:
@@ -160,8 +149,8 @@ class AsyncPeriodicExecutor:
         *,
         on_error: OnError = "continue",
     ) -> None:
-        self._interval = _seconds(interval, "interval")
-        self._min_interval = _seconds(min_interval, "min_interval")
+        self._interval = _validate.seconds(interval, "interval")
+        self._min_interval = _validate.seconds(min_interval, "min_interval")
         if self._min_interval > self._interval:
             raise ValueError(
                 f"min_interval ({min_interval!r}) must not exceed interval ({interval!r}): "
@@ -271,7 +260,7 @@ class AsyncPeriodicExecutor:
         Raises:
             TypeError, ValueError: `new_interval` is not a finite number >= `min_interval`.
         """
-        seconds = _seconds(new_interval, "new_interval")
+        seconds = _validate.seconds(new_interval, "new_interval")
         if seconds < self._min_interval:
             raise ValueError(
                 f"new_interval ({new_interval!r}) must not be below min_interval "
@@ -289,10 +278,10 @@ class AsyncPeriodicExecutor:
         once) and from the executor's own task (False at once: a task cannot wait for itself).
 
         Raises:
-            TypeError, ValueError: `timeout` is not None or a finite number >= 0.
+            TypeError, ValueError: `timeout` is not None or a number >= 0 (``math.inf``
+                means None: wait as long as it takes).
         """
-        if timeout is not None:
-            timeout = _seconds(timeout, "timeout")
+        timeout = _validate.timeout(timeout)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:

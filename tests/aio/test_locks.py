@@ -869,17 +869,18 @@ def test_foreign_waiters_share_the_fifo_with_tasks() -> None:
     run(main)
 
 
-def test_line_is_the_waiter_queue_storage() -> None:
-    """The hot paths' `_line`, `_queued` and `_stale` are the WaiterQueue's own containers."""
+def test_waiter_queue_live_is_the_set_of_queued_waiters() -> None:
+    """`WaiterQueue.live`, which the semaphore's hot paths test, is exactly the set of queued
+    waiters through append, popleft and discard (and release hands a Waiter its permit)."""
     sem = Semaphore(0)
-    assert sem._line is sem._waiters._items
-    assert sem._queued is sem._waiters._queued
-    assert sem._stale is sem._waiters._stale
-    w = RecordingWaiter()
-    sem._waiters.append(w)
-    assert w in sem._line
+    w1, w2 = RecordingWaiter(), RecordingWaiter()
+    sem._waiters.append(w1)
+    sem._waiters.append(w2)
+    assert sem._waiters.live == {w1, w2}
+    sem._waiters.discard(w2)
+    assert sem._waiters.live == {w1}
     sem.release()
-    assert w.got == [True] and not sem._waiters
+    assert w1.got == [True] and w2.got == [] and not sem._waiters.live and not sem._waiters
 
 
 def test_waiter_of_a_closed_loop_does_not_strand_the_line() -> None:

@@ -369,6 +369,59 @@ def test_bad_input() -> None:
     run(bad_join())
 
 
+_NAN = float("nan")
+_INF = float("inf")
+
+
+@pytest.mark.parametrize(("value", "error"), [
+    (_INF, ValueError), (_NAN, ValueError), (-1, ValueError), (-0.5, ValueError),
+    (True, TypeError), (False, TypeError), ("1", TypeError), (None, TypeError)])
+@pytest.mark.parametrize("argument", ["interval", "min_interval", "new_interval"])
+def test_durations_follow_the_one_rule(argument: str, value: object,
+                                       error: type[Exception]) -> None:
+    """interval, min_interval and update_interval's new_interval are durations
+    (executors._validate): finite, >= 0, a real number; inf, NaN, negatives and bools are
+    refused with the argument's name."""
+    rec = Recorder()
+    with pytest.raises(error, match=argument):
+        if argument == "interval":
+            AsyncPeriodicExecutor(value, 0, rec)  # type: ignore[arg-type]
+        elif argument == "min_interval":
+            AsyncPeriodicExecutor(10, value, rec)  # type: ignore[arg-type]
+        else:
+            AsyncPeriodicExecutor(10, 0, rec).update_interval(value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("value", "error"), [
+    (_NAN, ValueError), (-1, ValueError), (True, TypeError), (False, TypeError),
+    ("1", TypeError)])
+def test_join_timeout_refuses_what_the_rule_refuses(value: object,
+                                                    error: type[Exception]) -> None:
+    """join(timeout=...) is a timeout (executors._validate): NaN, negatives and bools are
+    refused naming `timeout`."""
+
+    async def main() -> None:
+        ex = AsyncPeriodicExecutor(10, 0, Recorder())
+        with pytest.raises(error, match="timeout"):
+            await ex.join(value)  # type: ignore[arg-type]
+
+    run(main())
+
+
+def test_join_timeout_inf_means_wait_as_long_as_it_takes() -> None:
+    """join(math.inf) waits like join(None) (the rule: inf means no timeout); it used to be
+    refused as "not finite"."""
+
+    async def main() -> bool:
+        ex = AsyncPeriodicExecutor(10, 0, Recorder())
+        ex.open()
+        await asyncio.sleep(0)
+        asyncio.get_running_loop().call_later(0.05, ex.close)
+        return await ex.join(_INF)
+
+    assert run(main()) is True
+
+
 def test_statistics_and_repr() -> None:
     """statistics() is a frozen snapshot; repr shows the state, next run and counters."""
 
