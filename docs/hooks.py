@@ -79,9 +79,6 @@ TOPIC_ORDER = (
     "supervise.md",
 )
 
-# Modules with nothing to document for users: the command line is documented in the tutorial.
-NOT_REFERENCED = {"executors.cli"}
-
 
 def public_modules() -> list[str]:
     """Dotted names of the public modules, in a stable order.
@@ -103,9 +100,7 @@ def public_modules() -> list[str]:
                     continue
             if any(part.startswith("_") for part in parts):
                 continue
-            name = ".".join(parts)
-            if name not in NOT_REFERENCED:
-                names.append(name)
+            names.append(".".join(parts))  # the command line is private (_cli): the tutorial
     return sorted(names)
 
 
