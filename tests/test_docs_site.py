@@ -558,3 +558,14 @@ def test_an_unknown_benchmark_key_is_an_error() -> None:
                        ('bench("periodic", "wake() -> target", "nobody")', "pymongo")]:
         with pytest.raises(ValueError, match=re.escape(says)):
             render_figures("{{ " + call + " }}", "page.md")
+
+
+def test_an_unknown_benchmark_key_fails_the_build() -> None:
+    """The docs hook turns a bad marker into mkdocs' PluginError, which aborts the build
+    (strict or not) naming the page."""
+    exceptions = pytest.importorskip("mkdocs.exceptions")
+    hooks = _docs_module("hooks")
+    page = types.SimpleNamespace(file=types.SimpleNamespace(src_uri="topic.md"))
+    with pytest.raises(exceptions.PluginError, match=r"topic\.md.*no metric 'nope'"):
+        hooks.on_page_markdown('{{ bench("periodic", "nope", "executors") }}', page)
+    assert hooks.on_page_markdown("no markers here", page) == "no markers here"
