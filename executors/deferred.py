@@ -14,9 +14,9 @@ import weakref
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar, final, overload
 
-from . import registry
+from . import _validate, registry
 from ._clock import SYSTEM_CLOCK, Clock
-from .periodic import PeriodicExecutor, check_interval
+from .periodic import PeriodicExecutor
 
 __all__ = ("DeferredQueue", "DeferredQueueStatistics", "Reaper", "ReaperStatistics")
 
@@ -46,16 +46,6 @@ class _Counter:
     @property
     def value(self) -> int:
         return int(repr(self._count)[6:-1])
-
-
-def _check_count(value: object, name: str, *, allow_none: bool = True, minimum: int = 1) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        kind = "an int or None" if allow_none else "an int"
-        raise TypeError(f"{name} must be {kind}, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +114,8 @@ class DeferredQueue(Generic[T]):
     )
 
     def __init__(self, *, max_pending: int | None = None) -> None:
-        _check_count(max_pending, "max_pending")
+        if max_pending is not None:  # None: no bound
+            _validate.count(max_pending, "max_pending")
         self._max_pending = max_pending
         self._wake: Callable[[], object] | None = None
         self._wake_threshold = 1
@@ -171,7 +162,8 @@ class DeferredQueue(Generic[T]):
         Safe to call from several threads at once: each item is returned exactly once. Not for
         destructors (it takes a short lock to keep the `drained` counter exact).
         """
-        _check_count(max_items, "max_items")
+        if max_items is not None:  # None: all
+            _validate.count(max_items, "max_items")
         self._wake_sent = False
         popleft = self._items.popleft
         out: list[T] = []
@@ -267,14 +259,14 @@ class _Batch(Generic[T, K]):
 
 # Live reapers, for the exit flush. A WeakSet: it never keeps a reaper alive.
 _reapers: weakref.WeakSet[Reaper[Any, Any]] = weakref.WeakSet()
-# The deadline of the latest shutdown flush: close() called by the registry's shutdown (which
-# follows its hooks) keeps to it.
-_exit: dict[str, float] = {}
 
 
 def _flush_all(deadline: float) -> None:
-    """Flush every live reaper against one deadline (a registry shutdown hook)."""
-    _exit["deadline"] = deadline
+    """Flush every live reaper against one deadline (a registry shutdown hook).
+
+    The registry's shutdown records that deadline (`registry.exit_budget.deadline`) before it
+    calls its hooks; the close() it calls next keeps to it.
+    """
     _flush_on_drainers(list(_reapers), deadline)
 
 
@@ -304,11 +296,12 @@ def _flush_at_exit() -> None:
     # finds the clients its handlers need still working. The time it waits is charged to the
     # registry's exit budget, so that this flush and the registry's shutdown that follows wait
     # one exit deadline in all, not one each.
+    budget = registry.exit_budget
     start = SYSTEM_CLOCK.monotonic()
     try:
-        _flush_all(start + registry._exit_budget_left())
+        _flush_all(budget.begin_step(budget.left()))
     finally:
-        registry._charge_exit(SYSTEM_CLOCK.monotonic() - start)
+        budget.charge(SYSTEM_CLOCK.monotonic() - start)
 
 
 registry.add_shutdown_hook(_flush_all)
@@ -449,14 +442,15 @@ class Reaper(Generic[T, K]):
                 raise TypeError(f"{label} must be callable, got {type(arg).__name__}")
         if handler is None:
             raise TypeError("handler must be callable, got NoneType")
-        interval = check_interval(interval, "interval", allow_zero=False)
-        min_interval = check_interval(min_interval, "min_interval")
-        _check_count(wake_threshold, "wake_threshold")
-        _check_count(max_batch, "max_batch")
-        _check_count(max_retries, "max_retries", allow_none=False, minimum=0)
-        self._retry_backoff = check_interval(retry_backoff, "retry_backoff")
-        self._max_backoff = check_interval(max_backoff, "max_backoff")
-        self._close_timeout = check_interval(close_timeout, "close_timeout")
+        interval = _validate.seconds(interval, "interval", allow_zero=False)
+        min_interval = _validate.seconds(min_interval, "min_interval")
+        for count, label in ((wake_threshold, "wake_threshold"), (max_batch, "max_batch")):
+            if count is not None:  # None: no threshold, no limit
+                _validate.count(count, label)
+        _validate.count(max_retries, "max_retries", minimum=0)
+        self._retry_backoff = _validate.seconds(retry_backoff, "retry_backoff")
+        self._max_backoff = _validate.seconds(max_backoff, "max_backoff")
+        self._close_timeout = _validate.seconds(close_timeout, "close_timeout")
         self._handler = handler
         self._batch_key = batch_key
         self._max_batch = max_batch
@@ -663,10 +657,9 @@ class Reaper(Generic[T, K]):
 
         Raises:
             RuntimeError: called from inside the handler.
-            ValueError: `timeout` is negative or not finite.
+            ValueError: `timeout` is negative or NaN (``math.inf`` means None).
         """
-        if timeout is not None:
-            timeout = check_interval(timeout, "timeout")
+        timeout = _validate.timeout(timeout)
         if self._handler_thread == threading.get_ident():
             raise RuntimeError("Reaper.flush() called from inside its own handler")
         clock = self._clock
@@ -728,10 +721,10 @@ class Reaper(Generic[T, K]):
         Returns:
             True if nothing was left pending and the thread has exited.
         """
-        if timeout is not None:
-            timeout = check_interval(timeout, "timeout")
+        if timeout is not None:  # None: close_timeout (a close always has a deadline)
+            timeout = _validate.seconds(timeout, "timeout")
         budget = self._close_timeout if timeout is None else timeout
-        exit_deadline = _exit.get("deadline")
+        exit_deadline = registry.exit_budget.deadline
         now = SYSTEM_CLOCK.monotonic()
         # A registry shutdown (at exit, or called by hand) runs its hooks, then closes us:
         # keep to its deadline. A deadline long past is a stale one, unless we are exiting.

@@ -6,17 +6,16 @@ import contextvars
 import dataclasses
 import itertools
 import logging
-import math
 import queue
 import sys
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Literal, TypedDict, TypeVar, final
+from typing import ClassVar, Literal, TypedDict, TypeVar, final
 
 from typing_extensions import Unpack
 
-from . import _threads, registry
+from . import _threads, _validate, registry
 from ._clock import SYSTEM_CLOCK, Clock
 
 __all__ = ("PeriodicExecutor", "PeriodicExecutorStatistics")
@@ -34,19 +33,6 @@ class _Options(TypedDict, total=False):
     on_error: OnError
     clock: Clock | None
     fork_policy: ForkPolicy
-
-
-def check_interval(value: object, name: str, *, allow_zero: bool = True) -> float:
-    """Validate a duration argument: a real number, finite, not NaN, >= 0 (or > 0)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    seconds = float(value)
-    if math.isnan(seconds) or math.isinf(seconds):
-        raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
-    if seconds < 0 or (seconds == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be {bound} seconds, got {value!r}")
-    return seconds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,6 +128,9 @@ class PeriodicExecutor:
         True
     """
 
+    #: What the registry lists in `executors.registry.live_executors` (it imports no class).
+    registry_kind: ClassVar[str] = "executor"
+
     __slots__ = (
         "__weakref__",
         "_clock",
@@ -181,8 +170,8 @@ class PeriodicExecutor:
         clock: Clock | None = None,
         fork_policy: ForkPolicy = "lazy",
     ) -> None:
-        self._interval = check_interval(interval, "interval")
-        self._min_interval = check_interval(min_interval, "min_interval")
+        self._interval = _validate.seconds(interval, "interval")
+        self._min_interval = _validate.seconds(min_interval, "min_interval")
         if self._min_interval > self._interval:
             raise ValueError(
                 f"min_interval ({min_interval!r}) must not exceed interval ({interval!r}): "
@@ -364,7 +353,7 @@ class PeriodicExecutor:
 
     def update_interval(self, new_interval: float) -> None:
         """Change `interval`; takes effect at once (the next run is rescheduled)."""
-        seconds = check_interval(new_interval, "new_interval")
+        seconds = _validate.seconds(new_interval, "new_interval")
         if seconds < self._min_interval:
             raise ValueError(
                 f"new_interval ({new_interval!r}) must not be below min_interval "
@@ -379,8 +368,7 @@ class PeriodicExecutor:
         Safe before `open()` (returns True at once, PyMongo PYTHON-1050) and from the executor's
         own thread (returns False at once: a thread cannot wait for itself).
         """
-        if timeout is not None:
-            timeout = check_interval(timeout, "timeout")
+        timeout = _validate.timeout(timeout)
         thread = self._thread
         if thread is None:
             return True

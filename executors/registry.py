@@ -1,18 +1,26 @@
-"""The weakref registry of live executors, their joint shutdown at exit, and the fork hook."""
+"""The weakref registry of live executors, their joint shutdown at exit, and the fork hook.
+
+Depends on the standard library only (and `executors._validate`, itself stdlib-only): every
+other module registers with it, so it imports none of them at run time (`PeriodicExecutor` is
+named for the type checker only). Registered objects follow the `_Registered` protocol;
+`live_executors` tells executors apart by their ``registry_kind`` class attribute.
+"""
 
 from __future__ import annotations
 
 import atexit
 import logging
+import math
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast, final
 
-from ._clock import SYSTEM_CLOCK
+from . import _validate
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # for the annotation of live_executors only: no import at run time
     from .periodic import PeriodicExecutor
 
 __all__ = (
@@ -38,16 +46,58 @@ class _Registered(Protocol):
 # whatever thread collected the executor and takes no lock.
 _registered: set[weakref.ref[_Registered]] = set()
 _shutdown_hooks: list[Callable[[float], object]] = []
-_state = {"shutting_down": False, "exit_timeout": 1.0, "exited": False, "before_join": False}
-# Seconds of the exit budget already spent by exit steps that run before `_at_exit` (the
-# reapers' early flush, see executors.deferred): all of our exit work together waits at most
-# `exit_timeout()`, however many steps it is split into. Time other atexit handlers take
-# between our steps (PyMongo's own shutdown, say) is not charged to it.
-_exit_spent = [0.0]
+
+
+@final
+class ExitBudget:
+    """The exit's one deadline, shared by every exit step, and the state of the exit.
+
+    For the package, not for users: all of our exit work together waits at most `timeout`
+    (`exit_timeout`), however many steps it is split into. A step that runs before the
+    registry's own (the reapers' early flush, see `executors.deferred`) waits at most `left()`
+    and then `charge`s what it waited. Time other atexit handlers take between our steps
+    (PyMongo's own shutdown, say) is not charged. `deadline` is the deadline of the latest
+    shutdown or exit step (a `time.monotonic` value), which objects closed by it keep to.
+    """
+
+    __slots__ = ("_before_join", "_exited", "_spent", "deadline", "shutting_down", "timeout")
+    # Real time even under freezegun, which rewrites module globals aliasing time.monotonic
+    # but not class attributes (the same capture as executors._clock.SystemClock).
+    now = staticmethod(time.monotonic)
+
+    def __init__(self) -> None:
+        self.timeout = 1.0
+        self.reset()
+        self._before_join = False  # survives fork: threading's own list of callbacks does
+
+    def reset(self) -> None:
+        """Forget the exit (a forked child starts with none of its parent's exit)."""
+        self._spent = 0.0
+        self._exited = False
+        self.shutting_down = False
+        self.deadline: float | None = None
+
+    def left(self) -> float:
+        """Seconds of the exit deadline left for the exit steps still to come."""
+        return max(0.0, self.timeout - self._spent)
+
+    def charge(self, seconds: float) -> None:
+        """Record that an early exit step waited `seconds`."""
+        self._spent += max(0.0, seconds)
+
+    def begin_step(self, seconds: float) -> float:
+        """Start an exit or shutdown step that may wait `seconds`; its deadline."""
+        self.deadline = self.now() + seconds
+        return self.deadline
+
+    def __repr__(self) -> str:
+        return (f"<ExitBudget timeout={self.timeout:g}s left={self.left():g}s"
+                f"{' shutting down' if self.shutting_down else ''}>")
 
 
 logger = logging.getLogger("executors.registry")
-_now = SYSTEM_CLOCK.monotonic
+#: The process's exit budget (see `ExitBudget`).
+exit_budget = ExitBudget()
 
 
 def _forget(ref: weakref.ref[_Registered]) -> None:
@@ -60,11 +110,10 @@ def register(obj: _Registered) -> None:
 
 
 def live_executors() -> list[PeriodicExecutor]:
-    """The registered executors that are still alive (opened at least once, not collected)."""
-    from .periodic import PeriodicExecutor
-
-    return [obj for ref in list(_registered)
-            if isinstance(obj := ref(), PeriodicExecutor)]
+    """The registered `PeriodicExecutor`s still alive (opened at least once, not collected)."""
+    # PeriodicExecutor says registry_kind = "executor"; other registered objects say nothing.
+    return [cast("PeriodicExecutor", obj) for obj in _live()
+            if getattr(obj, "registry_kind", None) == "executor"]
 
 
 def _live() -> list[_Registered]:
@@ -73,19 +122,17 @@ def _live() -> list[_Registered]:
 
 def is_shutting_down() -> bool:
     """True once the exit shutdown has begun; executors then refuse to start threads."""
-    return bool(_state["shutting_down"])
+    return exit_budget.shutting_down
 
 
 def exit_timeout() -> float:
     """The global deadline, in seconds, that interpreter exit gives all executors together."""
-    return float(_state["exit_timeout"])
+    return exit_budget.timeout
 
 
 def set_exit_timeout(seconds: float) -> None:
     """Set the global exit deadline (default 1.0 s). 0 closes everything and waits for none."""
-    from .periodic import check_interval
-
-    _state["exit_timeout"] = check_interval(seconds, "seconds")
+    exit_budget.timeout = _validate.seconds(seconds, "seconds")
 
 
 def add_shutdown_hook(hook: Callable[[float], object]) -> None:
@@ -108,19 +155,18 @@ def remove_shutdown_hook(hook: Callable[[float], object]) -> None:
         pass
 
 
-def shutdown(timeout: float = 1.0) -> list[_Registered]:
+def shutdown(timeout: float | None = 1.0) -> list[_Registered]:
     """Close every live executor, then join them all against **one** deadline.
 
     PyMongo joins each executor for 1 s in turn, so N busy executors hold up exit for N seconds;
-    here the whole shutdown takes at most `timeout` (plus the hooks' own share of it).
+    here the whole shutdown takes at most `timeout` (plus the hooks' own share of it). None
+    (or ``math.inf``) waits for all, as the `executors._validate` rule says.
 
     Returns:
         The executors whose threads were still running at the deadline.
     """
-    from .periodic import check_interval
-
-    timeout = check_interval(timeout, "timeout")
-    deadline = _now() + timeout
+    seconds = _validate.timeout(timeout)
+    deadline = exit_budget.begin_step(math.inf if seconds is None else seconds)
     for hook in list(_shutdown_hooks):
         try:
             hook(deadline)
@@ -129,17 +175,9 @@ def shutdown(timeout: float = 1.0) -> list[_Registered]:
     live = _live()
     for obj in live:
         obj.close()
-    return [obj for obj in live if not obj.join(max(0.0, deadline - _now()))]
-
-
-def _exit_budget_left() -> float:
-    """What is left of the exit deadline for the exit steps still to come, in seconds."""
-    return max(0.0, exit_timeout() - _exit_spent[0])
-
-
-def _charge_exit(seconds: float) -> None:
-    """Record that an early exit step waited `seconds` (called from atexit handlers only)."""
-    _exit_spent[0] += max(0.0, seconds)
+    if seconds is None:
+        return [obj for obj in live if not obj.join(None)]
+    return [obj for obj in live if not obj.join(max(0.0, deadline - exit_budget.now()))]
 
 
 def stop_before_thread_join() -> None:
@@ -152,7 +190,7 @@ def stop_before_thread_join() -> None:
     concurrent.futures and PyMongo (subinterpreters, 4.19+) use it; where it is absent, or
     threading's shutdown has begun, the ``atexit`` handler remains.
     """
-    if _state["before_join"]:
+    if exit_budget._before_join:
         return
     register = getattr(threading, "_register_atexit", None)
     if register is None:
@@ -161,22 +199,21 @@ def stop_before_thread_join() -> None:
         register(_at_exit)
     except RuntimeError:  # "can't register atexit after shutdown"
         return
-    _state["before_join"] = True
+    exit_budget._before_join = True
 
 
 def _at_exit() -> None:
     # Runs once: from threading's shutdown (see stop_before_thread_join) or from atexit.
-    if _state["exited"]:
+    if exit_budget._exited:
         return
-    _state["exited"] = _state["shutting_down"] = True
-    shutdown(_exit_budget_left())
+    exit_budget._exited = exit_budget.shutting_down = True
+    shutdown(exit_budget.left())
 
 
 def _after_fork_in_child() -> None:
     # The child has one thread: ours are gone. Rebuild each object's internals (fresh locks and
     # queues, never released ones) and let each apply its fork policy.
-    _state["shutting_down"] = _state["exited"] = False
-    _exit_spent[0] = 0.0
+    exit_budget.reset()
     for obj in _live():
         obj._after_fork_in_child()
 

@@ -16,10 +16,10 @@ import threading
 from collections.abc import Callable
 from typing import Literal, TypeVar, TypeVarTuple, final, overload
 
-from . import _threads, registry
+from . import _threads, _validate, registry
 from ._clock import SYSTEM_CLOCK, Clock, SystemClock
 from .errors import ShutdownError
-from .periodic import PeriodicExecutor, check_interval
+from .periodic import PeriodicExecutor
 
 __all__ = (
     "BackgroundService",
@@ -58,7 +58,7 @@ _STOP = object()
 
 def _job_interval(value: object) -> float:
     """A job's interval: finite seconds > 0 (issue: 0 spun a core, and was usually a typo)."""
-    seconds = check_interval(value, "interval")
+    seconds = _validate.seconds(value, "interval")
     if seconds == 0:
         raise ValueError("interval must be > 0 seconds, got 0: a job due again the moment it "
                          "ends keeps a core busy; for continuous work, submit() one loop")
@@ -589,29 +589,25 @@ class BackgroundService:
     ) -> None:
         if name is not None and not isinstance(name, str):
             raise TypeError(f"name must be a str or None, got {type(name).__name__}")
-        if isinstance(workers, bool) or not isinstance(workers, int):
-            raise TypeError(f"workers must be an int, got {type(workers).__name__}")
-        if workers < 1:
-            raise ValueError(f"workers must be >= 1, got {workers!r}")
+        _validate.count(workers, "workers")
         if executor is not None and not isinstance(executor, concurrent.futures.Executor):
             raise TypeError("executor must be a concurrent.futures.Executor or None, "
                             f"got {type(executor).__name__}")
-        if shutdown_timeout is not None:
-            shutdown_timeout = check_interval(shutdown_timeout, "shutdown_timeout")
+        shutdown_timeout = _validate.timeout(shutdown_timeout, "shutdown_timeout")
         if fork_policy not in ("lazy", "eager", "stop"):
             raise ValueError(f"fork_policy must be 'lazy', 'eager' or 'stop', got {fork_policy!r}")
         self._name = name if name is not None else f"BackgroundService-{next(_names)}"
         self._workers = workers
         self._executor = executor
         self._shutdown_timeout = shutdown_timeout
-        self._inline_below = check_interval(inline_below, "inline_below")
+        self._inline_below = _validate.seconds(inline_below, "inline_below")
         self._clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         # A test clock does not move while runs execute: see "Clock" above.
         self._lockstep = not isinstance(self._clock, SystemClock)
         if slack is None:
             self._slack = 0.0 if self._lockstep else _DEFAULT_SLACK
         else:
-            self._slack = check_interval(slack, "slack")
+            self._slack = _validate.seconds(slack, "slack")
         # The clock read of the hot path: for the real clock, the captured time.monotonic
         # itself (one C call instead of a method calling a static method, per read).
         self._monotonic: Callable[[], float] = (
@@ -704,8 +700,7 @@ class BackgroundService:
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait (after `close`) for every thread and submission; True if all are done."""
-        if timeout is not None:
-            timeout = check_interval(timeout, "timeout")
+        timeout = _validate.timeout(timeout)
         deadline = None if timeout is None else SYSTEM_CLOCK.monotonic() + timeout
         return self._wait(deadline)
 
@@ -722,12 +717,9 @@ class BackgroundService:
             cancel_pending: cancel submissions that have not started yet at once, instead of
                 running them.
         """
-        if timeout == "default":
-            timeout = self._shutdown_timeout
-        elif timeout is not None:
-            timeout = check_interval(timeout, "timeout")
+        seconds = self._shutdown_timeout if timeout == "default" else _validate.timeout(timeout)
         began = SYSTEM_CLOCK.monotonic()
-        deadline = None if timeout is None else began + timeout
+        deadline = None if seconds is None else began + seconds
         self.close()
         cancelled = 0
         if cancel_pending:
@@ -842,10 +834,10 @@ class BackgroundService:
             ShutdownError: the service was shut down.
         """
         ival = _job_interval(interval)
-        mini = check_interval(min_interval, "min_interval")
-        jit = check_interval(jitter, "jitter")
-        dly = check_interval(delay, "delay")
-        bmax = check_interval(backoff_max, "backoff_max")
+        mini = _validate.seconds(min_interval, "min_interval")
+        jit = _validate.seconds(jitter, "jitter")
+        dly = _validate.seconds(delay, "delay")
+        bmax = _validate.seconds(backoff_max, "backoff_max")
         if mini > ival:
             raise ValueError(f"min_interval ({min_interval!r}) must not exceed interval "
                              f"({interval!r})")

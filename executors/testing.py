@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar, final
 
+from . import _validate
 from ._clock import SYSTEM_CLOCK
 
 __all__ = ("VirtualClock", "wait_until")
@@ -17,7 +19,7 @@ T = TypeVar("T")
 _TICK = object()
 
 
-def wait_until(condition: Callable[[], object], timeout: float = 10.0, *,
+def wait_until(condition: Callable[[], object], timeout: float | None = 10.0, *,
                interval: float = 0.001, message: str = "") -> None:
     """Return as soon as ``condition()`` is true; raise `TimeoutError` after `timeout` seconds.
 
@@ -27,8 +29,9 @@ def wait_until(condition: Callable[[], object], timeout: float = 10.0, *,
     Example:
         >>> wait_until(lambda: True)
     """
-    deadline = SYSTEM_CLOCK.monotonic() + timeout
-    delay = interval
+    limit = _validate.timeout(timeout)
+    deadline = SYSTEM_CLOCK.monotonic() + (math.inf if limit is None else limit)
+    delay = _validate.seconds(interval, "interval", allow_zero=False)
     while not condition():
         if SYSTEM_CLOCK.monotonic() >= deadline:
             raise TimeoutError(message or f"condition not met within {timeout}s: {condition!r}")
@@ -97,7 +100,8 @@ class VirtualClock:
             raise queue.Empty
         return item
 
-    def advance(self, seconds: float, *, settle: bool = True, timeout: float = 10.0) -> None:
+    def advance(self, seconds: float, *, settle: bool = True,
+                timeout: float | None = 10.0) -> None:
         """Move time forward by `seconds`, one due deadline at a time, in order.
 
         Each sleeper whose deadline falls within the step is woken at its deadline (time is set
@@ -106,12 +110,14 @@ class VirtualClock:
         its own due time.
 
         Raises:
-            ValueError: `seconds` is negative or not finite.
+            TypeError, ValueError: `seconds` is not a finite number >= 0, or `timeout` not a
+                timeout (`executors._validate`'s rule; None or ``math.inf`` waits as long as
+                it takes).
             TimeoutError: with `settle`, a woken thread did not sleep again or exit within
                 `timeout` real seconds (its target is blocked, say).
         """
-        if not (seconds >= 0 and seconds != float("inf")):
-            raise ValueError(f"seconds must be a finite number >= 0, got {seconds!r}")
+        seconds = _validate.seconds(seconds, "seconds")
+        limit = _validate.timeout(timeout)
         with self._cond:
             end = self._now + seconds
             while True:
@@ -126,19 +132,21 @@ class VirtualClock:
                     q.put(_TICK)
                 if not settle:
                     continue
-                self._settle([t for t, _ in woken], timeout)
+                self._settle([t for t, _ in woken], limit)
             self._now = end
 
-    def wait_for_sleepers(self, count: int, timeout: float = 10.0) -> None:
+    def wait_for_sleepers(self, count: int, timeout: float | None = 10.0) -> None:
         """Wait (real time) until at least `count` threads are sleeping on this clock."""
+        _validate.count(count, "count", minimum=0)
+        limit = _validate.timeout(timeout)
         with self._cond:
-            if not self._cond.wait_for(lambda: len(self._sleepers) >= count, timeout):
+            if not self._cond.wait_for(lambda: len(self._sleepers) >= count, limit):
                 raise TimeoutError(
                     f"{len(self._sleepers)} thread(s) sleeping on the clock, expected {count}"
                 )
 
-    def _settle(self, threads: list[threading.Thread], timeout: float) -> None:
-        deadline = SYSTEM_CLOCK.monotonic() + timeout
+    def _settle(self, threads: list[threading.Thread], timeout: float | None) -> None:
+        deadline = SYSTEM_CLOCK.monotonic() + (math.inf if timeout is None else timeout)
         while not all(t in self._sleepers or not t.is_alive() for t in threads):
             remaining = deadline - SYSTEM_CLOCK.monotonic()
             if remaining <= 0:

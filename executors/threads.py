@@ -11,7 +11,7 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import Literal, ParamSpec, Self, TypeVar, final
 
-from . import _threads
+from . import _threads, _validate
 from .errors import ThreadCancelled
 
 __all__ = ("CancelToken", "ThreadGroup", "ThreadGroupStatistics")
@@ -107,7 +107,7 @@ class CancelToken:
 
         Use it as an interruptible sleep: ``while not token.wait(interval): work()``.
         """
-        return self._event.wait(timeout)
+        return self._event.wait(_validate.timeout(timeout))
 
     def raise_if_cancelled(self) -> None:
         """Raise `ThreadCancelled` if the token is cancelled; a cheap check for loops.
