@@ -32,6 +32,7 @@ from .persistent import PersistentTaskGroupStatistics as PersistentTaskGroupStat
 from .persistent import spawn_background as spawn_background
 from .taskgroups import TaskGroup as TaskGroup
 from .traversal import DEFAULT_LIMIT as DEFAULT_LIMIT
+from .traversal import TRAVERSAL_LIMIT as TRAVERSAL_LIMIT
 from .traversal import CursorEntry as CursorEntry
 from .traversal import Entry as Entry
 from .traversal import Kind as Kind
@@ -41,6 +42,7 @@ from .traversal import Traversal as Traversal
 from .traversal import TraversalStatistics as TraversalStatistics
 from .traversal import Visit as Visit
 from .traversal import default_limiter as default_limiter
+from .traversal import traversal_limiter as traversal_limiter
 from .traversal import traverse as traverse
 
 __all__ = (
@@ -82,6 +84,8 @@ __all__ = (
     "Traversal",
     "TraversalStatistics",
     "traverse",
+    "traversal_limiter",
+    "TRAVERSAL_LIMIT",
     "default_limiter",
     "DEFAULT_LIMIT",
 )

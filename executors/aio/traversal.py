@@ -6,11 +6,11 @@ import asyncio
 import dataclasses
 import enum
 import inspect
-import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Literal, Protocol, TypeVar, final, runtime_checkable
 
+from executors import _validate
 from executors.errors import TransactionExpired, TransactionRetry
 
 from .locks import Semaphore
@@ -25,6 +25,8 @@ __all__ = (
     "Traversal",
     "TraversalStatistics",
     "traverse",
+    "traversal_limiter",
+    "TRAVERSAL_LIMIT",
     "default_limiter",
     "DEFAULT_LIMIT",
 )
@@ -33,26 +35,38 @@ Mode = Literal["strict", "relaxed", "any"]
 _R = TypeVar("_R")
 _MODES = ("strict", "relaxed", "any")
 
-#: The number of concurrent store reads all traversals of a process share by default.
-DEFAULT_LIMIT = 32
+#: The number of concurrent store reads all traversals of a process share by default
+#: (`traversal_limiter`). Not the bridge's ``default_limiter`` (40 threads per event loop).
+TRAVERSAL_LIMIT = 32
 
-# One fair semaphore per process: our Semaphore is not bound to an event loop, so one object can
-# serve every loop (as long as each traversal uses it from its own loop's thread).
-_DEFAULT_LIMITER = Semaphore(DEFAULT_LIMIT)
+# One fair semaphore per process. A loop-only Semaphore is bound to an event loop only while
+# tasks wait on it, so one object serves traversals on successive loops; traversals on several
+# loops at once (threads) contending for it get its "bound to a different event loop" error:
+# give each loop its own `limiter=`.
+_TRAVERSAL_LIMITER = Semaphore(TRAVERSAL_LIMIT)
 
 
-def default_limiter() -> Semaphore:
-    """The process-wide fair semaphore (``DEFAULT_LIMIT`` permits) that traversals share.
+def traversal_limiter() -> Semaphore:
+    """The process-wide fair semaphore (`TRAVERSAL_LIMIT` permits) that traversals share.
 
     Every store read of every `Traversal` created without ``limiter=`` holds one permit, so
     one large traversal cannot starve the others or the store: the semaphore is FIFO, so
-    traversals that contend take turns read by read.
+    traversals that contend take turns read by read. It is an `executors.aio.Semaphore`:
+    traversals running on several event loops at the same time need a ``limiter=`` each.
 
     Example:
-        >>> default_limiter().statistics().value
+        >>> traversal_limiter().statistics().value
         32
     """
-    return _DEFAULT_LIMITER
+    return _TRAVERSAL_LIMITER
+
+
+#: The former name of `TRAVERSAL_LIMIT`, kept working (it collided in meaning with the
+#: bridge's per-loop ``default_limiter``).
+DEFAULT_LIMIT = TRAVERSAL_LIMIT
+
+#: The former name of `traversal_limiter`, kept working (same object).
+default_limiter = traversal_limiter
 
 
 class Kind(enum.Enum):
@@ -209,7 +223,7 @@ class Traversal:
       were rolled back). After a failure the budget planned with is halved (it grows
       back after commits).
     - Bounded concurrency: every read, begin and commit holds a permit of `limiter` (default:
-      the process-wide `default_limiter()`), a fair semaphore shared by all traversals.
+      the process-wide `traversal_limiter()`), a fair semaphore shared by all traversals.
     - Bounded cursor: the cursor holds at most (depth + 1) * (page_size + 2) entries, each a
       path, a phase and a name.
 
@@ -269,17 +283,16 @@ class Traversal:
             raise TypeError(f"visitor must be callable, got {visitor!r}")
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}, got {mode!r}")
-        _positive("budget", budget)
-        if not isinstance(reserve, (int, float)) or not 0 <= reserve < 1:
+        budget = _validate.seconds(budget, "budget", allow_zero=False)
+        if (isinstance(reserve, bool) or not isinstance(reserve, (int, float))
+                or not 0 <= reserve < 1):  # a fraction, not a duration (NaN fails the range)
             raise ValueError(f"reserve must be a fraction in [0, 1), got {reserve!r}")
         for name, value in (("page_size", page_size), ("window", window),
                             ("max_retries", max_retries)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        if max_batch is not None and (not isinstance(max_batch, int) or max_batch < 1):
-            raise ValueError(f"max_batch must be None or an int >= 1, got {max_batch!r}")
-        if not isinstance(retry_delay, (int, float)) or not 0 <= retry_delay < math.inf:
-            raise ValueError(f"retry_delay must be a finite number >= 0, got {retry_delay!r}")
+            _validate.count(value, name)
+        if max_batch is not None:
+            _validate.count(max_batch, "max_batch")
+        retry_delay = _validate.seconds(retry_delay, "retry_delay")
         if limiter is not None and not isinstance(limiter, Semaphore):
             raise TypeError(f"limiter must be an executors.aio.Semaphore, got {limiter!r}")
         self._store = store
@@ -291,7 +304,7 @@ class Traversal:
         self._reserve = float(reserve)
         self._page = page_size
         self._window = window
-        self._limiter = limiter if limiter is not None else _DEFAULT_LIMITER
+        self._limiter = limiter if limiter is not None else _TRAVERSAL_LIMITER
         self._max_batch = max_batch
         self._max_retries = max_retries
         self._retry_delay = float(retry_delay)
@@ -387,204 +400,12 @@ class Traversal:
                            - self._read_time - self._commit_time)
         async with self._limiter:  # begin and commit are store operations too
             txn = await self._store.begin(budget=self._budget)
-        stack = [_Task(e) for e in self._cursor]
-        # Paths resolved in this transaction: each ancestor is read once per transaction.
-        resolved: dict[tuple[str, ...], asyncio.Future[Entry | None]] = {}
-        reads = [0, 0, 0]  # issued, consumed (useful), resume lookups in this transaction
-        visits = 0
-        issuing = True
-        progressed = False
-
-        def may_issue() -> bool:
-            nonlocal issuing
-            if issuing and progressed and (
-                    clock() >= stop_issuing_at
-                    or (self._max_batch is not None and visits >= self._max_batch)):
-                issuing = False
-            return issuing
-
-        async def read(fn: Callable[[], Awaitable[_R]], resume: bool = False) -> _R:
-            if not may_issue():
-                raise _Stop
-            async with self._limiter:
-                if not may_issue():
-                    raise _Stop
-                reads[0] += 1
-                reads[2] += resume
-                self._reads += 1
-                self._in_flight += 1
-                self._max_in_flight = max(self._max_in_flight, self._in_flight)
-                began = clock()
-                try:
-                    return await fn()
-                finally:
-                    self._in_flight -= 1
-                    # A smoothed mean: a read's time includes its wait in the store's own
-                    # queue, so one slow read must not end every later batch early.
-                    self._read_time += 0.2 * (clock() - began - self._read_time)
-
-        async def resolve(path: tuple[str, ...]) -> Entry | None:
-            fut = resolved.get(path)
-            if fut is None:
-                fut = asyncio.ensure_future(_resolve(path))
-                resolved[path] = fut
-            return await asyncio.shield(fut)
-
-        async def _resolve(path: tuple[str, ...]) -> Entry | None:
-            if not path:
-                return await read(txn.root, resume=True)
-            parent = await resolve(path[:-1])
-            if parent is None or parent.kind is not Kind.DIR:
-                return None
-            return await read(lambda: txn.lookup(parent.key, path[-1]), resume=True)
-
-        async def fetch(task: _Task) -> Sequence[Entry] | None:
-            e = task.entry
-            if task.key is None:
-                node = await resolve(e.path)
-                if node is None or node.kind is not Kind.DIR:
-                    return None
-                task.key = node.key
-            key = task.key
-            return await read(lambda: txn.list(key, e.phase, e.after, self._page))
-
-        # Every listing read of this transaction not yet finished (to cancel at its end).
-        in_flight: set[asyncio.Future[Sequence[Entry] | None]] = set()
-        active = True
-
-        def arrived(fut: asyncio.Future[Sequence[Entry] | None]) -> None:
-            in_flight.discard(fut)
-            if not fut.cancelled():
-                fut.exception()  # retrieved here: a read cut short (_Stop) is no error to log
-            if active:
-                start_fetches()  # a page that arrived names work whose reads can go out now
-
-        def start_fetches() -> None:
-            # Prefetch: the next `window` pieces of work in traversal order get their reads.
-            # The order is the stack's, top first, where a piece whose page has arrived but is
-            # not processed yet is followed by the work that page leads to: its successors'
-            # reads (the next page of files, the subdirectories' listings) are issued as soon
-            # as the page arrives, not when the visitor reaches it. Every piece counted is a
-            # listing read ahead of the visitor, so at most `window` of them exist at a time.
-            if not issuing:
-                return
-            # Until the first piece of work is done, read for it alone: a transaction always
-            # makes progress if one piece fits its budget, even a budget shrunk by expiries.
-            left = self._window if progressed else 1
-            walk = stack[-left:]  # deeper entries cannot be among the next `left`
-            while walk and left:
-                task = walk.pop()
-                left -= 1
-                fut = task.fetch
-                if fut is None:
-                    fut = task.fetch = asyncio.ensure_future(fetch(task))
-                    in_flight.add(fut)
-                    fut.add_done_callback(arrived)
-                    continue
-                if task.successors is None:
-                    if not fut.done() or fut.cancelled() or fut.exception() is not None:
-                        continue
-                    page = fut.result()
-                    if page is None:
-                        continue
-                    task.successors = successors(task, page)
-                walk.extend(task.successors[-left:] if left else ())
-
-        def successors(task: _Task, page: Sequence[Entry]) -> list[_Task]:
-            # The work a listing leads to, in stack order (the next piece last).
-            e = task.entry
-            full = len(page) >= self._page
-            last = page[-1].name if page else None
-            if e.phase is Kind.FILE:
-                out = [_Task(CursorEntry(e.path, Kind.DIR, None, True), task.key)] \
-                    if e.after is None else []
-                if full:
-                    out.append(_Task(CursorEntry(e.path, Kind.FILE, last, True), task.key))
-                return out
-            out = [_Task(CursorEntry(e.path, Kind.DIR, last, True), task.key)] if full else []
-            out.extend(_Task(CursorEntry((*e.path, c.name), Kind.FILE, None, False), c.key)
-                       for c in reversed(page) if c.kind is Kind.DIR)
-            return out
-
-        async def process(task: _Task, page: Sequence[Entry] | None) -> list[_Task]:
-            nonlocal visits
-            e = task.entry
-            if page is None:  # the directory is gone (or is no directory) now
-                if not e.entered and self._mode == "any":
-                    await self._visit(Visit(e.path, None, txn))
-                    visits += 1
-                return []
-            reads[1] += 1
-            if not e.entered:
-                node = Entry(e.path[-1] if e.path else "", task.key, Kind.DIR)
-                await self._visit(Visit(e.path, node, txn))
-                visits += 1
-            if e.phase is Kind.FILE:
-                visitor = self._visitor
-                for child in page:
-                    if child.kind is Kind.FILE:
-                        # The hot loop: a sync visitor returning None costs one call.
-                        result = visitor(Visit((*e.path, child.name), child, txn))
-                        if result is not None and inspect.isawaitable(result):
-                            await result
-                        visits += 1
-            if task.successors is None:
-                task.successors = successors(task, page)
-            return task.successors
-
+        batch = _Batch(self, txn, clock, stop_issuing_at)
         try:
-            while stack:
-                if clock() >= deadline - self._commit_time and progressed:
-                    break
-                start_fetches()
-                if self._mode == "strict":
-                    task = stack[-1]
-                    if task.fetch is None:
-                        break  # not issued: stop at the gap
-                    if not issuing and not task.fetch.done():
-                        # Out of budget: a read already issued is waited for while the commit
-                        # still fits (on the loop's clock); one never issued ends the batch.
-                        left = deadline - self._commit_time - clock()
-                        if self._clock is not None or left <= 0:
-                            break
-                        await asyncio.wait([task.fetch], timeout=left)
-                        if not task.fetch.done():
-                            break
-                    try:
-                        page = await task.fetch
-                    except _Stop:
-                        break
-                    index = len(stack) - 1
-                else:
-                    pending = [t.fetch for t in stack[-1:-self._window - 1:-1]
-                               if t.fetch is not None]
-                    if not pending:
-                        break
-                    ready = [f for f in pending if f.done()]
-                    if not ready:
-                        if not issuing:
-                            break
-                        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                        ready = [f for f in pending if f.done()]
-                    fut = ready[0]
-                    index = next(i for i in range(len(stack) - 1, -1, -1)
-                                 if stack[i].fetch is fut)
-                    task = stack[index]
-                    try:
-                        page = fut.result()
-                    except _Stop:
-                        # Not issued in time: it stays pending; drop it from this round.
-                        task.fetch = None
-                        issuing = False
-                        if not any(t.fetch is not None and t.fetch.done() for t in stack):
-                            break
-                        continue
-                stack[index:index + 1] = await process(task, page)
-                progressed = True
-            cursor = tuple(t.entry for t in stack)
-            active = False
+            cursor = await batch.process(deadline)
+            batch.active = False
             # Reads still running are not wanted: let them unwind before the commit.
-            await self._settle(self._cleanup(in_flight, resolved))
+            await self._settle(self._cleanup(batch.in_flight, batch.resolved))
             began = clock()
             try:
                 async with self._limiter:
@@ -592,9 +413,9 @@ class Traversal:
             finally:
                 self._commit_time = max(self._commit_time * 0.9, clock() - began)
         except BaseException as exc:
-            active = False
-            self._cleanup(in_flight, resolved)
-            self._redone += visits
+            batch.active = False
+            self._cleanup(batch.in_flight, batch.resolved)
+            self._redone += batch.visits
             try:
                 await txn.rollback()
             except Exception:
@@ -603,10 +424,10 @@ class Traversal:
                 raise RuntimeError("internal: a read stopped outside a fetch") from exc
             raise
         self._commits += 1
-        self._visits += visits
-        self._useful += reads[1]
-        self._resume += reads[2]
-        self._wasted += reads[0] - reads[1] - reads[2]
+        self._visits += batch.visits
+        self._useful += batch.useful_reads
+        self._resume += batch.resume_reads
+        self._wasted += batch.reads - batch.useful_reads - batch.resume_reads
         self._cursor = cursor
         self._max_cursor = max(self._max_cursor, len(cursor))
         if self._on_commit is not None:
@@ -619,7 +440,7 @@ class Traversal:
             await asyncio.wait(pending)
 
     @staticmethod
-    def _cleanup(in_flight: set[asyncio.Future[Sequence[Entry] | None]],
+    def _cleanup(in_flight: set[_Listing],
                  resolved: dict[tuple[str, ...], asyncio.Future[Entry | None]],
                  ) -> list[asyncio.Future[object]]:
         # Reads of the finished transaction are no longer wanted; collect their outcomes so
@@ -642,14 +463,248 @@ class Traversal:
             await result
 
 
+_Listing = asyncio.Future[Sequence[Entry] | None]
+
+
+@final
+class _Batch:
+    """The work of one transaction of a `Traversal`: what it reads, processes and counts.
+
+    Made by `Traversal._transaction` for one transaction and dropped after it. Reads go out
+    ahead of the visitor (`start_fetches`), each through `read`, which holds a permit of the
+    traversal's limiter and stops issuing once the budget (or ``max_batch``) says so; `process`
+    handles the pages in the mode's order and returns the cursor to commit. Counters of the
+    traversal as a whole (reads, in flight, the read time) are updated as reads happen; this
+    transaction's own counts are added to them by the caller only if it commits.
+    """
+
+    __slots__ = ("active", "clock", "in_flight", "issuing", "progressed", "reads",
+                 "resolved", "resume_reads", "stack", "stop_issuing_at", "traversal", "txn",
+                 "useful_reads", "visits")
+
+    def __init__(self, traversal: Traversal, txn: Transaction, clock: Callable[[], float],
+                 stop_issuing_at: float) -> None:
+        self.traversal = traversal
+        self.txn = txn
+        self.clock = clock
+        self.stop_issuing_at = stop_issuing_at
+        #: The work left, top (next in strict order) last.
+        self.stack = [_Task(e) for e in traversal.cursor]
+        #: Paths resolved in this transaction: each ancestor is read once per transaction.
+        self.resolved: dict[tuple[str, ...], asyncio.Future[Entry | None]] = {}
+        #: Every listing read of this transaction not yet finished (to cancel at its end).
+        self.in_flight: set[_Listing] = set()
+        #: Reads issued; listings whose pages were processed; lookups re-reading the cursor.
+        self.reads = self.useful_reads = self.resume_reads = 0
+        self.visits = 0
+        #: False once the budget or ``max_batch`` ended the issuing of reads.
+        self.issuing = True
+        #: True once a piece of work was processed: a transaction always makes progress.
+        self.progressed = False
+        #: False once the transaction ended: an arriving read starts no more reads.
+        self.active = True
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def may_issue(self) -> bool:
+        t = self.traversal
+        if self.issuing and self.progressed and (
+                self.clock() >= self.stop_issuing_at
+                or (t._max_batch is not None and self.visits >= t._max_batch)):
+            self.issuing = False
+        return self.issuing
+
+    async def read(self, fn: Callable[[], Awaitable[_R]], resume: bool = False) -> _R:
+        if not self.may_issue():
+            raise _Stop
+        t = self.traversal
+        async with t._limiter:
+            if not self.may_issue():
+                raise _Stop
+            self.reads += 1
+            self.resume_reads += resume
+            t._reads += 1
+            t._in_flight += 1
+            t._max_in_flight = max(t._max_in_flight, t._in_flight)
+            began = self.clock()
+            try:
+                return await fn()
+            finally:
+                t._in_flight -= 1
+                # A smoothed mean: a read's time includes its wait in the store's own queue,
+                # so one slow read must not end every later batch early.
+                t._read_time += 0.2 * (self.clock() - began - t._read_time)
+
+    async def resolve(self, path: tuple[str, ...]) -> Entry | None:
+        fut = self.resolved.get(path)
+        if fut is None:
+            fut = asyncio.ensure_future(self._resolve(path))
+            self.resolved[path] = fut
+        return await asyncio.shield(fut)
+
+    async def _resolve(self, path: tuple[str, ...]) -> Entry | None:
+        txn = self.txn
+        if not path:
+            return await self.read(txn.root, resume=True)
+        parent = await self.resolve(path[:-1])
+        if parent is None or parent.kind is not Kind.DIR:
+            return None
+        return await self.read(lambda: txn.lookup(parent.key, path[-1]), resume=True)
+
+    async def fetch(self, task: _Task) -> Sequence[Entry] | None:
+        e = task.entry
+        if task.key is None:
+            node = await self.resolve(e.path)
+            if node is None or node.kind is not Kind.DIR:
+                return None
+            task.key = node.key
+        key = task.key
+        page = self.traversal._page
+        return await self.read(lambda: self.txn.list(key, e.phase, e.after, page))
+
+    def arrived(self, fut: _Listing) -> None:
+        self.in_flight.discard(fut)
+        if not fut.cancelled():
+            fut.exception()  # retrieved here: a read cut short (_Stop) is no error to log
+        if self.active:
+            self.start_fetches()  # a page that arrived names work whose reads can go out now
+
+    def start_fetches(self) -> None:
+        # Prefetch: the next `window` pieces of work in traversal order get their reads. The
+        # order is the stack's, top first, where a piece whose page has arrived but is not
+        # processed yet is followed by the work that page leads to: its successors' reads (the
+        # next page of files, the subdirectories' listings) are issued as soon as the page
+        # arrives, not when the visitor reaches it. Every piece counted is a listing read
+        # ahead of the visitor, so at most `window` of them exist at a time.
+        if not self.issuing:
+            return
+        # Until the first piece of work is done, read for it alone: a transaction always
+        # makes progress if one piece fits its budget, even a budget shrunk by expiries.
+        left = self.traversal._window if self.progressed else 1
+        walk = self.stack[-left:]  # deeper entries cannot be among the next `left`
+        while walk and left:
+            task = walk.pop()
+            left -= 1
+            fut = task.fetch
+            if fut is None:
+                fut = task.fetch = asyncio.ensure_future(self.fetch(task))
+                self.in_flight.add(fut)
+                fut.add_done_callback(self.arrived)
+                continue
+            if task.successors is None:
+                if not fut.done() or fut.cancelled() or fut.exception() is not None:
+                    continue
+                page = fut.result()
+                if page is None:
+                    continue
+                task.successors = self.successors(task, page)
+            walk.extend(task.successors[-left:] if left else ())
+
+    # -- processing -------------------------------------------------------------------------
+
+    def successors(self, task: _Task, page: Sequence[Entry]) -> list[_Task]:
+        """The work a listing leads to, in stack order (the next piece last)."""
+        e = task.entry
+        full = len(page) >= self.traversal._page
+        last = page[-1].name if page else None
+        if e.phase is Kind.FILE:
+            out = [_Task(CursorEntry(e.path, Kind.DIR, None, True), task.key)] \
+                if e.after is None else []
+            if full:
+                out.append(_Task(CursorEntry(e.path, Kind.FILE, last, True), task.key))
+            return out
+        out = [_Task(CursorEntry(e.path, Kind.DIR, last, True), task.key)] if full else []
+        out.extend(_Task(CursorEntry((*e.path, c.name), Kind.FILE, None, False), c.key)
+                   for c in reversed(page) if c.kind is Kind.DIR)
+        return out
+
+    async def visit_page(self, task: _Task, page: Sequence[Entry] | None) -> list[_Task]:
+        """Visit what `task`'s page holds; return the work it leads to."""
+        t = self.traversal
+        txn = self.txn
+        e = task.entry
+        if page is None:  # the directory is gone (or is no directory) now
+            if not e.entered and t._mode == "any":
+                await t._visit(Visit(e.path, None, txn))
+                self.visits += 1
+            return []
+        self.useful_reads += 1
+        if not e.entered:
+            node = Entry(e.path[-1] if e.path else "", task.key, Kind.DIR)
+            await t._visit(Visit(e.path, node, txn))
+            self.visits += 1
+        if e.phase is Kind.FILE:
+            visitor = t._visitor
+            for child in page:
+                if child.kind is Kind.FILE:
+                    # The hot loop: a sync visitor returning None costs one call.
+                    result = visitor(Visit((*e.path, child.name), child, txn))
+                    if result is not None and inspect.isawaitable(result):
+                        await result
+                    self.visits += 1
+        if task.successors is None:
+            task.successors = self.successors(task, page)
+        return task.successors
+
+    async def process(self, deadline: float) -> tuple[CursorEntry, ...]:
+        """Process work in the mode's order until it runs out, the budget ends, or a read
+        was not issued in time; return the cursor (the work left) to commit."""
+        t = self.traversal
+        stack = self.stack
+        clock = self.clock
+        while stack:
+            if clock() >= deadline - t._commit_time and self.progressed:
+                break
+            self.start_fetches()
+            if t._mode == "strict":
+                task = stack[-1]
+                if task.fetch is None:
+                    break  # not issued: stop at the gap
+                if not self.issuing and not task.fetch.done():
+                    # Out of budget: a read already issued is waited for while the commit
+                    # still fits (on the loop's clock); one never issued ends the batch.
+                    left = deadline - t._commit_time - clock()
+                    if t._clock is not None or left <= 0:
+                        break
+                    await asyncio.wait([task.fetch], timeout=left)
+                    if not task.fetch.done():
+                        break
+                try:
+                    page = await task.fetch
+                except _Stop:
+                    break
+                index = len(stack) - 1
+            else:
+                pending = [w.fetch for w in stack[-1:-t._window - 1:-1] if w.fetch is not None]
+                if not pending:
+                    break
+                ready = [f for f in pending if f.done()]
+                if not ready:
+                    if not self.issuing:
+                        break
+                    await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    ready = [f for f in pending if f.done()]
+                fut = ready[0]
+                index = next(i for i in range(len(stack) - 1, -1, -1)
+                             if stack[i].fetch is fut)
+                task = stack[index]
+                try:
+                    page = fut.result()
+                except _Stop:
+                    # Not issued in time: it stays pending; drop it from this round.
+                    task.fetch = None
+                    self.issuing = False
+                    if not any(w.fetch is not None and w.fetch.done() for w in stack):
+                        break
+                    continue
+            stack[index:index + 1] = await self.visit_page(task, page)
+            self.progressed = True
+        return tuple(w.entry for w in stack)
+
+
 def _consume(fut: asyncio.Future[_R]) -> None:
     if not fut.cancelled():
         fut.exception()
-
-
-def _positive(name: str, value: float) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
 
 
 async def traverse(store: Store, visitor: Visitor, *, mode: Mode = "strict",

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import executors.aio
 from executors.aio import (
     CursorEntry,
     Entry,
@@ -698,7 +699,7 @@ def test_repr_statistics_and_protocols() -> None:
 @pytest.mark.parametrize(("kwargs", "exc"), [
     ({"mode": "bfs"}, ValueError), ({"budget": 0}, ValueError),
     ({"budget": float("nan")}, ValueError), ({"reserve": 1.0}, ValueError),
-    ({"page_size": 0}, ValueError), ({"window": True}, ValueError),
+    ({"page_size": 0}, ValueError), ({"window": True}, TypeError),
     ({"max_batch": 0}, ValueError), ({"retry_delay": -1}, ValueError),
     ({"limiter": asyncio.Semaphore(1)}, TypeError),
 ])
@@ -710,3 +711,45 @@ def test_bad_arguments_are_refused(kwargs: dict[str, object], exc: type[Exceptio
         Traversal(MemoryStore({}), 3)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="store"):
         Traversal(object(), recorder())  # type: ignore[arg-type]
+
+
+_DURATION_CASES = [(float("inf"), ValueError), (float("nan"), ValueError), (-1, ValueError),
+                   (True, TypeError), (False, TypeError), ("1", TypeError)]
+
+
+@pytest.mark.parametrize(("value", "exc"), [*_DURATION_CASES, (0, ValueError)])
+def test_budget_follows_the_duration_rule(value: object, exc: type[Exception]) -> None:
+    """`budget` (Traversal and traverse) is a duration > 0 (executors._validate): inf, NaN,
+    negatives, zero and bools are refused naming `budget`."""
+    with pytest.raises(exc, match="budget"):
+        Traversal(MemoryStore({}), recorder(), budget=value)  # type: ignore[arg-type]
+    with pytest.raises(exc, match="budget"):
+        run(traverse(MemoryStore({}), recorder(), budget=value))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("value", "exc"), _DURATION_CASES)
+def test_retry_delay_follows_the_duration_rule(value: object, exc: type[Exception]) -> None:
+    """`retry_delay` is a duration >= 0 (executors._validate); zero is allowed (no back-off)."""
+    with pytest.raises(exc, match="retry_delay"):
+        Traversal(MemoryStore({}), recorder(), retry_delay=value)  # type: ignore[arg-type]
+    Traversal(MemoryStore({}), recorder(), retry_delay=0)
+
+
+@pytest.mark.parametrize("argument", ["page_size", "window", "max_retries", "max_batch"])
+@pytest.mark.parametrize(("value", "exc"), [(True, TypeError), (1.0, TypeError),
+                                            (0, ValueError), (-1, ValueError)])
+def test_counts_follow_the_count_rule(argument: str, value: object,
+                                      exc: type[Exception]) -> None:
+    """page_size, window, max_retries and max_batch are counts >= 1 (executors._validate):
+    bools and floats are TypeError, values below 1 ValueError, naming the argument."""
+    with pytest.raises(exc, match=argument):
+        Traversal(MemoryStore({}), recorder(), **{argument: value})  # type: ignore[arg-type]
+
+
+def test_traversal_limiter_and_its_former_names() -> None:
+    """The process-wide limiter is `traversal_limiter()` with `TRAVERSAL_LIMIT` permits (no
+    longer named like the bridge's per-loop default_limiter); the former public names
+    `default_limiter` and `DEFAULT_LIMIT` keep working and are the same objects."""
+    assert executors.aio.traversal_limiter() is executors.aio.default_limiter()
+    assert executors.aio.TRAVERSAL_LIMIT == executors.aio.DEFAULT_LIMIT == 32
+    assert isinstance(executors.aio.traversal_limiter(), Semaphore)
