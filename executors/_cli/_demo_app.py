@@ -16,14 +16,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import math
 import random
+import re
 import shutil
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 import weakref
@@ -32,15 +33,16 @@ from pathlib import Path
 from typing import Any, TextIO, final
 
 import pymongo
-from pymongo import monitoring
+from pymongo import monitoring, uri_parser
+from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
 
-from executors import BackgroundService, CancelToken, ThreadGroup, registry
+from executors import BackgroundService, CancelToken, ThreadGroup, _validate, registry
 from executors.aio import Channel, Semaphore
 from executors.errors import ChannelClosed
 from integrations.bridge import Portal
 from integrations.mongo import CursorReaper
 
-__all__ = ("DemoConfig", "DemoReport", "EmbeddedServer", "run_demo")
+__all__ = ("DemoConfig", "DemoReport", "EmbeddedServer", "check_uri", "redact", "run_demo")
 
 DATABASE = "executors_demo"
 COLLECTION = "items"
@@ -61,14 +63,15 @@ class DemoConfig:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.seconds, (int, float)) and 0 < self.seconds < math.inf):
-            raise ValueError(f"seconds must be a finite number > 0, got {self.seconds!r}")
+        _validate.seconds(self.seconds, "seconds", allow_zero=False)
         for name in ("workers", "db_slots", "documents", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        if not 0 <= self.abandon_rate <= 1:
+            _validate.count(getattr(self, name), name)
+        if not 0 <= self.abandon_rate <= 1:  # NaN fails both comparisons: refused too
             raise ValueError(f"abandon_rate must be within [0, 1], got {self.abandon_rate!r}")
+
+
+#: Columns of the report: it wraps there, continuation lines indented under their entry.
+REPORT_WIDTH = 92
 
 
 @final
@@ -103,6 +106,9 @@ class DemoReport:
     service_jobs: int
     shutdown_seconds: float
     errors: tuple[str, ...]
+    #: The names of the executor threads counted in `executors`, `executor_runs` and
+    #: `executor_wakeups`.
+    executor_names: tuple[str, ...] = ()
 
     @property
     def leaks(self) -> int:
@@ -110,35 +116,107 @@ class DemoReport:
         return self.leaked_cursors + len(self.leaked_threads)
 
     def render(self) -> str:
-        """The report as the command prints it."""
+        """The report as the command prints it: each entry says what its numbers count.
+
+        A newcomer asked what "leaks 0" counted, why fewer killCursors replies than killed
+        cursors and why fewer wake-ups than runs (issue 17): the entries answer in words.
+        """
         polling = 2.0 * self.executors * self.seconds  # PyMongo's executors wake every 0.5 s
         rate = self.requests / self.seconds if self.seconds else 0.0
-        lines = [
-            (f"executors demo: {'interrupted' if self.interrupted else 'finished'} after "
-            f"{self.seconds:.1f} s against {self.server}"),
-            f"  leaks                 {self.leaks}"
-            + ("" if not self.leaks else
-               f"  ({self.leaked_cursors} cursor(s), threads: {', '.join(self.leaked_threads)})"),
-            (f"  requests served       {self.requests:,} ({rate:,.0f}/s), "
-            f"{self.documents_read:,} documents; {self.results_consumed:,} results consumed "
-            "by the asyncio task"),
-            (f"  cursors               {self.cursors_opened:,} opened, {self.cursors_abandoned:,} "
-            f"abandoned mid-iteration, {self.cursors_killed:,} killed (confirmed by "
-            f"{self.kill_commands:,} killCursors replies), {self.cursors_not_found} not found"),
-            (f"  db slots (fair)       {self.db_acquisitions_threads:,} by threads + "
-            f"{self.db_acquisitions_tasks:,} by the task; peak {self.db_peak} of "
-            f"{self.db_slots} in use; {self.db_waits:,} queued, wait p50 "
-            f"{self.db_wait_p50_ms:.2f} ms, p99 {self.db_wait_p99_ms:.2f} ms"),
-            (f"  executor wake-ups     {self.executor_wakeups:,} for {self.executor_runs:,} runs "
-             f"on {self.executors} executor thread(s), which sleep until due or woken (polling "
-             f"executors would add 2/s each: ~{polling:,.0f})"),
-            (f"  service               {self.service_jobs} periodic job(s); server monitor "
-            f"{self.monitor_checks} check(s)"),
-            f"  shutdown              {self.shutdown_seconds * 1000:.0f} ms",
+        leaked = ""
+        if self.leaks:
+            threads = ", ".join(self.leaked_threads) or "none"
+            leaked = f" ({self.leaked_cursors} cursor(s); threads: {threads})"
+        names = f" ({', '.join(self.executor_names)})" if self.executor_names else ""
+        entries = [
+            ("leaks", (f"{self.leaks}{leaked}. Abandoned cursors the server never confirmed "
+             "killed, plus threads still running after shutdown; anything but 0 is a bug "
+             "and makes the command exit with status 1.")),
+            ("requests", (f"{self.requests:,} served ({rate:,.0f} a second) by the worker "
+             f"threads, reading {self.documents_read:,} documents; the asyncio task received "
+             f"{self.results_consumed:,} results through the channel.")),
+            ("cursors", (f"{self.cursors_opened:,} opened on the server; "
+             f"{self.cursors_abandoned:,} abandoned mid-iteration (the request was dropped "
+             f"with its cursor still open) and {self.cursors_killed:,} of them killed by the "
+             "CursorReaper, each kill confirmed in the server's reply; "
+             f"{self.cursors_not_found:,} were already gone when their kill arrived. That "
+             f"took {self.kill_commands:,} killCursors commands: one command kills every "
+             "cursor queued at that moment.")),
+            ("database slots", (f"a fair semaphore lets {self.db_slots} database operations "
+             "run at once, the worker threads and the asyncio task waiting in one first-come, "
+             f"first-served line. Taken {self.db_acquisitions_threads:,} times by threads and "
+             f"{self.db_acquisitions_tasks:,} times by the task, at most {self.db_peak} in "
+             f"use at once; {self.db_waits:,} times a thread found every slot busy and "
+             f"queued. A thread's wait for a slot: median {self.db_wait_p50_ms:.2f} ms, "
+             f"99th percentile {self.db_wait_p99_ms:.2f} ms.")),
+            ("executor threads", (f"{self.executors}{names} ran {self.executor_runs:,} times "
+             f"and woke {self.executor_wakeups:,} times: they sleep until a run is due or "
+             "work wakes them, so none of these wake-ups was idle, and a run that follows "
+             "straight on from the previous one (work arrived while it ran) needs no "
+             "wake-up. Executors that poll, like PyMongo's, also wake twice a second each "
+             f"with nothing to do: about {polling:,.0f} more in this run.")),
+            ("background service", (f"{self.service_jobs} periodic job(s); the server "
+             f"monitor, a job that holds its owner only weakly, pinged the server "
+             f"{self.monitor_checks} time(s).")),
+            ("shutdown", (f"{self.shutdown_seconds * 1000:.0f} ms to stop everything after "
+             "the run: workers, consumer task, cursor reaper, service and event loop.")),
         ]
         if self.errors:
-            lines.append(f"  errors                {len(self.errors)}: {self.errors[0]}")
+            entries.append(("errors", f"{len(self.errors)}; the first: {self.errors[0]}"))
+        lines = [(f"executors demo: {'interrupted' if self.interrupted else 'finished'} "
+                  f"after {self.seconds:.1f} s against {self.server}")]
+        for label, text in entries:
+            lines += textwrap.wrap(f"{label}: {text}", REPORT_WIDTH, initial_indent="  ",
+                                   subsequent_indent="    ", break_long_words=False,
+                                   break_on_hyphens=False)
         return "\n".join(lines)
+
+
+# -- checking a given server ---------------------------------------------------------------
+
+#: How long the reachability check waits for a server given with ``--uri``. Only the check:
+#: the run itself keeps pymongo's defaults.
+PING_TIMEOUT = 5.0
+
+
+def redact(uri: str) -> str:
+    """*uri* with its password replaced by ``***`` (for messages)."""
+    return re.sub(r"^([a-z+]+://[^:/@]*):[^@/]*@", r"\1:***@", uri)
+
+
+def check_uri(uri: str, timeout: float = PING_TIMEOUT) -> None:
+    """Check that *uri* is a MongoDB URI and that its deployment answers a ping in *timeout*.
+
+    Raises:
+        ValueError: *uri* is not a MongoDB connection string (the message says why).
+        ConnectionError: no server answered within *timeout* seconds, or it refused the demo
+            (authentication); the message names the servers tried and what each said.
+    """
+    try:
+        uri_parser.parse_uri(uri, connect_timeout=timeout)
+    except (PyMongoError, ValueError) as exc:  # pymongo raises ValueError for a bad port
+        raise ValueError(f"not a MongoDB URI: {exc}") from None
+    client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
+        uri, serverSelectionTimeoutMS=int(timeout * 1000), connectTimeoutMS=int(timeout * 1000))
+    try:
+        client.admin.command("ping")
+    except ConnectionFailure:
+        tried = [f"{host}:{port}: {_short(server.error)}" for (host, port), server
+                 in client.topology_description.server_descriptions().items()]
+        raise ConnectionError(f"no server answered within {timeout:g} s "
+                              f"({'; '.join(tried) or 'no server found'})") from None
+    except OperationFailure as exc:
+        reason = (exc.details or {}).get("errmsg") or str(exc)
+        raise ConnectionError(f"the server refused the demo: {reason}") from None
+    finally:
+        client.close()
+
+
+def _short(error: Exception | None) -> str:
+    """pymongo's error for one server, without the timeouts it appends to every message."""
+    text = str(error) if error is not None else "no reply"
+    text = re.sub(r"\s*\(configured timeouts:[^)]*\)", "", text)
+    return re.sub(r"^[^\s]+:\d+: ", "", text)  # the address is already in front of it
 
 
 # -- the embedded server ---------------------------------------------------------------------
@@ -176,8 +254,9 @@ class EmbeddedServer:
         beside = Path(sys.executable).parent / "nx-27017"
         found = str(beside) if beside.exists() else shutil.which("nx-27017")
         if not found:
-            raise RuntimeError("nx-27017 is not installed: pip install -e '.[test]' (or pass "
-                               "--uri mongodb://... to use a running server)")
+            raise RuntimeError("the embedded server nx-27017 is not installed; install the "
+                               "demo extra: pip install 'executors[demo]' (or pass --uri "
+                               "mongodb://... to use a running server)")
         return found
 
     def __enter__(self) -> EmbeddedServer:
@@ -477,7 +556,9 @@ class _Demo:
                 interrupted = True
             elapsed = time.monotonic() - started
             stopping = time.monotonic()
-            stats = [e.statistics() for e in registry.live_executors()]
+            live_executors = registry.live_executors()
+            stats = [e.statistics() for e in live_executors]
+            names = tuple(sorted(e.name for e in live_executors))
             group.cancel("the demo is over")
             results_view.close()  # a worker blocked in send() gets ChannelClosed
         # Leaving the block joined every worker thread.
@@ -533,6 +614,7 @@ class _Demo:
             executors=len(stats),
             executor_runs=sum(s.runs for s in stats),
             executor_wakeups=sum(s.wakeups for s in stats),
+            executor_names=names,
             monitor_checks=checks,
             service_jobs=jobs,
             shutdown_seconds=shutdown,

@@ -9,6 +9,7 @@ import sys
 import time
 from typing import TextIO
 
+from executors import _validate
 from executors.aio import Semaphore, Store, Traversal, TraversalStatistics, Visit
 
 __all__ = ("DESCRIPTION", "EPILOG", "HELP", "NAME", "add_arguments", "run")
@@ -32,11 +33,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=("strict", "relaxed", "any"), default="strict",
                         help="traversal order (default strict: pre-order by name)")
     parser.add_argument("--budget", type=float, default=5.0,
-                        help="seconds per transaction (default 5, FoundationDB's limit)")
+                        help="seconds per transaction, > 0 (default 5, FoundationDB's limit)")
     parser.add_argument("--limit", type=int, default=8,
-                        help="concurrent store operations (default 8)")
-    parser.add_argument("--window", type=int, default=16, help="listings read ahead")
-    parser.add_argument("--page-size", type=int, default=64, help="children per listing")
+                        help="concurrent store operations, >= 1 (default 8)")
+    parser.add_argument("--window", type=int, default=16,
+                        help="listings read ahead, >= 1 (default 16)")
+    parser.add_argument("--page-size", type=int, default=64,
+                        help="children per listing, >= 1 (default 64)")
     parser.add_argument("--print", action="store_true", dest="print_paths",
                         help="print each visited path on stdout")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -99,16 +102,29 @@ async def _traverse(args: argparse.Namespace) -> TraversalStatistics:
         return await _traverse_store(args, pg, await pg.count())
 
 
+def _check_options(args: argparse.Namespace) -> None:
+    """Refuse a bad option value before anything starts, naming the flag as typed (exit 2).
+
+    ``--limit 0`` once hung forever (a semaphore with no permit) and ``--limit -1`` reported
+    the semaphore's own message: every value is checked here, by the one rule.
+    """
+    url: str = args.store
+    try:
+        _validate.seconds(args.budget, "--budget", allow_zero=False)
+        _validate.count(args.limit, "--limit")
+        _validate.count(args.window, "--window")
+        _validate.count(args.page_size, "--page-size")
+        if not url.startswith(_SCHEMES):
+            raise ValueError(f"STORE must be sqlite:///path.db or postgresql://..., got {url!r}")
+        if url.startswith(_SQLITE) and not os.path.exists(url[len(_SQLITE):]):
+            raise ValueError(f"STORE: no SQLite database at {url[len(_SQLITE):]!r}")
+    except (TypeError, ValueError) as exc:
+        args.parser.error(str(exc))
+
+
 def run(args: argparse.Namespace) -> int:
     """Run `executors traverse` for parsed *args*; return the exit status."""
-    url: str = args.store
-    if not url.startswith(_SCHEMES):
-        print(f"executors traverse: STORE must be sqlite:///path.db or postgresql://..., "
-              f"got {url!r}", file=sys.stderr)
-        return 2
-    if url.startswith(_SQLITE) and not os.path.exists(url[len(_SQLITE):]):
-        print(f"executors traverse: no database at {url[len(_SQLITE):]!r}", file=sys.stderr)
-        return 2
+    _check_options(args)
     try:
         stats = asyncio.run(_traverse(args))
     except (FileNotFoundError, ValueError) as exc:

@@ -373,8 +373,10 @@ def test_cli_traverse_prints_paths_and_a_summary(tmp_path: Path,
     out, err = capsys.readouterr()
     assert out.splitlines() == ["/" + p for p in STRICT]
     assert "13/13 nodes" in err and "executors traverse: 13 nodes" in err
-    assert main(["traverse", f"sqlite:///{tmp_path / 'missing.db'}"]) == 2
-    assert main(["traverse", "mysql://x"]) == 2
+    for bad in (f"sqlite:///{tmp_path / 'missing.db'}", "mysql://x"):  # usage errors
+        with pytest.raises(SystemExit) as exit_info:
+            main(["traverse", bad])
+        assert exit_info.value.code == 2
 
 
 def test_cli_traverse_a_postgres_store(pg_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
