@@ -12,6 +12,7 @@ from types import TracebackType
 from typing import Literal, ParamSpec, Self, TypeVar, final
 
 from . import _threads, _validate
+from ._fatal import is_fatal
 from .errors import ThreadCancelled
 
 __all__ = ("CancelToken", "ThreadGroup", "ThreadGroupStatistics")
@@ -146,11 +147,6 @@ class ThreadGroupStatistics:
     succeeded: int
     failed: int
     cancelled: bool
-
-
-def _is_fatal(exc: BaseException) -> bool:
-    # As asyncio.TaskGroup: only these come out bare; everything else is grouped.
-    return isinstance(exc, (KeyboardInterrupt, SystemExit))
 
 
 @final
@@ -323,7 +319,7 @@ class ThreadGroup:
             future.set_exception(error)
             with self._cond:
                 self._failed += 1
-                if _is_fatal(error):
+                if is_fatal(error):
                     if self._base_error is None:
                         self._base_error = error
                 else:
@@ -376,7 +372,7 @@ class ThreadGroup:
                 raise self._base_error
             if interrupt is not None:
                 raise interrupt
-            if exc is not None and _is_fatal(exc):
+            if exc is not None and is_fatal(exc):
                 return False  # KeyboardInterrupt / SystemExit from the block: bare
             errors = list(self._errors)
             if not errors:
