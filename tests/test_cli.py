@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import io
 import json
 import os
@@ -9,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 from pathlib import Path
@@ -18,6 +20,7 @@ import pytest
 from executors import _cli
 from executors._cli import _demo_app
 from executors._cli import bench as _bench
+from executors.testing import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -63,7 +66,8 @@ def test_render_writes_a_page_and_a_chart_per_area(tmp_path: Path) -> None:
 
 
 def test_render_removes_pages_of_areas_without_results(tmp_path: Path) -> None:
-    """A page whose results file is gone is deleted, so the docs never show a stale area."""
+    """With prune (the repository's docs), a page whose results file is gone is deleted, so the
+    docs never show a stale area; without it (a user's folder) nothing of theirs is."""
     results, out = tmp_path / "results", tmp_path / "docs"
     results.mkdir()
     out.mkdir()
@@ -71,6 +75,9 @@ def test_render_removes_pages_of_areas_without_results(tmp_path: Path) -> None:
     (out / "old.png").write_bytes(b"x")
     (results / "toy.json").write_text(json.dumps(_result()))
     _bench.render_all(results, out, charts=False)
+    assert sorted(p.name for p in out.iterdir()) == ["index.md", "old.md", "old.png", "toy.md"]
+    assert "toy.png" not in (out / "toy.md").read_text()  # no chart, no dangling image
+    _bench.render_all(results, out, charts=False, prune=True)
     assert sorted(p.name for p in out.iterdir()) == ["index.md", "toy.md"]
 
 
@@ -91,7 +98,7 @@ def test_run_areas_reports_progress_and_passes_tables_through(tmp_path: Path) ->
     (tmp_path / "benchmarks" / "broken.py").write_text("raise SystemExit(3)\n")
     out, err = io.StringIO(), io.StringIO()
     runs = _bench.run_areas(["fake", "broken"], quick=True, write=False, root=tmp_path,
-                            stdout=out, stderr=err)
+                            results_dir=tmp_path / "results", stdout=out, stderr=err)
     assert [(r.area, r.returncode, r.metrics_done) for r in runs] == [
         ("fake", 0, 2), ("broken", 3, 0)]
     assert out.getvalue() == "| metric | advantage | executors |\n"
@@ -201,17 +208,162 @@ def test_bench_render_takes_no_areas(capsys: pytest.CaptureFixture[str]) -> None
     assert "--render takes no areas" in capsys.readouterr().err
 
 
+def _executors(*args: str) -> list[str]:
+    """The real command, as a user runs it: a fresh interpreter, `python -m executors`."""
+    return [sys.executable, "-m", "executors", *args]
+
+
+def _tracked_bench_files() -> dict[Path, tuple[int, int]]:
+    """The repository's results files and docs pages, with their modification time and size."""
+    files = [*_bench.REPO_RESULTS_DIR.iterdir(), *_bench.REPO_DOCS_DIR.iterdir()]
+    return {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in files if p.is_file()}
+
+
+def _stderr_on_a_terminal(cmd: list[str]) -> tuple[int, str]:
+    """Run *cmd* with its stderr on a terminal (a real pty); its exit status and what it drew."""
+    leader, follower = os.openpty()
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=follower)
+        os.close(follower)
+        follower = -1
+        drawn = _read_all(leader).decode()
+        return proc.wait(timeout=100), drawn
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+
+
+QUICK_AREA = "taskgroups"  # the quickest area: about a second in quick mode
+
+
 @pytest.mark.timeout(120)
-def test_bench_quick_from_the_command_line() -> None:
-    """`executors bench <area> --quick` runs the real area, prints its table, writes nothing."""
-    area = "taskgroups" if "taskgroups" in _bench.areas() else _bench.areas()[0]
-    before = {p: p.stat().st_mtime_ns for p in _bench.RESULTS_DIR.glob("*.json")}
-    proc = subprocess.run([sys.executable, "-m", "executors", "bench", area, "--quick"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=110, check=False)
+def test_bench_writes_to_the_output_folder_never_to_tracked_files(tmp_path: Path) -> None:
+    """A user's `executors bench AREA --quick`, run in some folder, writes its results, report
+    pages and chart into ./bench-results there, prints that path at the end, and leaves the
+    repository's results files and docs pages untouched; --output chooses another folder."""
+    assert QUICK_AREA in _bench.areas()
+    before = _tracked_bench_files()
+    proc = subprocess.run(_executors("bench", QUICK_AREA, "--quick"), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=110, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| metric | advantage | executors" in proc.stdout
-    assert f"[1/1] {area}: ok" in proc.stderr
-    assert {p: p.stat().st_mtime_ns for p in _bench.RESULTS_DIR.glob("*.json")} == before
+    assert f"[1/1] {QUICK_AREA}: ok" in proc.stderr
+    output = tmp_path / "bench-results"
+    assert sorted(p.name for p in output.iterdir()) == [
+        "index.md", f"{QUICK_AREA}.json", f"{QUICK_AREA}.md", f"{QUICK_AREA}.png"]
+    assert json.loads((output / f"{QUICK_AREA}.json").read_text())["quick"] is True
+    assert str(output) in proc.stderr.splitlines()[-1]
+    assert _tracked_bench_files() == before
+
+    chosen = tmp_path / "elsewhere"
+    proc = subprocess.run(_executors("bench", QUICK_AREA, "--quick", "--output", str(chosen)),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=110,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (chosen / f"{QUICK_AREA}.json").is_file() and str(chosen) in proc.stderr
+    assert _tracked_bench_files() == before
+
+
+def test_bench_without_an_area_starts_nothing(tmp_path: Path) -> None:
+    """`executors bench` (with or without --quick) names no area: it runs nothing, exits 2 and
+    says to name areas or `all`, with the full run's duration; the removed `--write` flag is a
+    usage error, not an 11-minute run."""
+    for args in (("bench",), ("bench", "--quick")):
+        proc = subprocess.run(_executors(*args), cwd=tmp_path, capture_output=True, text=True,
+                              timeout=60, check=False)
+        assert proc.returncode == 2, proc.stderr
+        assert "name the areas to run, or 'all'" in proc.stderr
+        assert re.search(r"a full run of all takes ~\d+ min", proc.stderr), proc.stderr
+        assert "[1/" not in proc.stderr and not (tmp_path / "bench-results").exists()
+    proc = subprocess.run(_executors("bench", "--write"), cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and "--write" in proc.stderr
+    assert not (tmp_path / "bench-results").exists()
+
+
+def test_bench_help_lists_the_areas_with_their_durations() -> None:
+    """`executors bench --help` lists every area, then `all`, each with its approximate
+    duration in quick mode and in a full run (the full one from the area's results file)."""
+    proc = subprocess.run(_executors("bench", "--help"), capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    duration = r"~\d+ (s|min)"
+    for area in [*_bench.areas(), "all"]:
+        assert re.search(rf"^  {area} +{duration} +{duration}$", proc.stdout, re.MULTILINE), (
+            area, proc.stdout)
+    seconds = json.loads((_bench.REPO_RESULTS_DIR / "locks.json").read_text())["seconds"]
+    assert re.search(rf"^  locks +~\d+ s +~{seconds:.0f} s$", proc.stdout, re.MULTILINE)
+
+
+def test_update_repo_needs_a_checkout_and_a_full_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """--update-repo refuses --quick (a quick run's figures never replace a full run's), and
+    where the package is not a source checkout it says so and points to --output; nothing runs
+    and nothing is written either way."""
+    before = _tracked_bench_files()
+    assert _cli.main(["bench", QUICK_AREA, "--update-repo", "--quick"]) == 2
+    assert "never replace a full run's" in capsys.readouterr().err
+    assert _tracked_bench_files() == before
+    # An installed package: its folder has no checkout around it.
+    monkeypatch.setattr(_bench, "ROOT", tmp_path)
+    monkeypatch.setattr(_bench, "REPO_RESULTS_DIR", tmp_path / "benchmarks" / "results")
+    monkeypatch.setattr(_bench, "REPO_DOCS_DIR", tmp_path / "docs" / "content" / "benchmarks")
+    assert _cli.main(["bench", "all", "--update-repo"]) == 2
+    err = capsys.readouterr().err
+    assert "is not one" in err and "--output DIR" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def _processes_with(text: str) -> list[int]:
+    """The pids of live processes whose command line contains *text*."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:  # gone meanwhile
+                pass
+    return found
+
+
+@pytest.mark.timeout(120)
+def test_bench_ctrl_c_prints_one_line_and_exits_130(tmp_path: Path) -> None:
+    """SIGINT to `executors bench` while an area measures: one line saying so (no traceback),
+    exit status 130, and the area's own process is killed, not left measuring."""
+    output = tmp_path / "out"
+    with subprocess.Popen(_executors("bench", "periodic", "--quick", "--output", str(output)),
+                          cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as proc:
+        assert proc.stderr is not None
+        first = proc.stderr.readline()  # "[1/1] periodic: starting": the area is running
+        assert first.startswith("[1/1] periodic"), first
+        wait_until(lambda: _processes_with(str(output / "periodic.json")), timeout=30)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err, err
+    assert [line for line in err.splitlines() if line.strip()][-1:] == [
+        f"executors bench: interrupted; the areas that finished are in {output}"], err
+    wait_until(lambda: not _processes_with(str(output / "periodic.json")), timeout=10)
+
+
+@pytest.mark.timeout(120)
+def test_bench_progress_redraws_on_a_terminal_only() -> None:
+    """The real command draws its progress with carriage returns on a terminal (a pty) and
+    prints plain lines, without any, on a pipe."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = _executors("bench", QUICK_AREA, "--quick", "--output", tmp)
+        returncode, tty = _stderr_on_a_terminal(cmd)
+        assert returncode == 0, tty[-3000:]
+        piped = subprocess.run(cmd, capture_output=True, text=True, timeout=100, check=False)
+    assert f"\r\x1b[K[1/1] {QUICK_AREA} [" in tty, tty[-3000:]
+    assert piped.returncode == 0, piped.stderr[-3000:]
+    assert "\r" not in piped.stderr and "\x1b" not in piped.stderr
+    assert f"[1/1] {QUICK_AREA}: " in piped.stderr
 
 
 # -- executors demo ---------------------------------------------------------------------------
@@ -406,3 +558,75 @@ def test_demo_report_puts_leaks_first_and_counts_threads() -> None:
     lines = report.render().splitlines()
     assert lines[1].split()[:6] == ["leaks:", "3", "(2", "cursor(s);", "threads:",
                                     "demo-worker-1)."]
+
+
+# -- the whole command ------------------------------------------------------------------------
+
+
+def test_version_comes_from_the_package_metadata() -> None:
+    """`executors --version` prints the installed distribution's version."""
+    proc = subprocess.run(_executors("--version"), capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"executors {importlib.metadata.version('executors')}\n"
+
+
+def test_help_lists_every_subcommand_in_plain_text() -> None:
+    """The top-level help lists every subcommand (traverse included) with its one-line help,
+    and no help text shows markup (RST or Markdown backticks)."""
+    proc = subprocess.run(_executors("--help"), capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    names = [command.NAME for command in _cli.SUBCOMMANDS]
+    assert sorted(names) == ["bench", "demo", "supervise", "traverse"]
+    listed = " ".join(proc.stdout.split())
+    for command in _cli.SUBCOMMANDS:
+        assert f"{command.NAME} {' '.join(command.HELP.split())}" in listed, listed
+    assert "`" not in proc.stdout
+    for name in names:
+        sub = subprocess.run(_executors(name, "--help"), capture_output=True, text=True,
+                             timeout=60, check=False)
+        assert sub.returncode == 0, sub.stderr
+        assert "`" not in sub.stdout, (name, sub.stdout)
+
+
+def _tree_db(path: Path, directories: int, files: int) -> str:
+    """A SQLite tree of directories x files nodes; its STORE argument."""
+    from integrations.sqlite_store import SQLiteStore
+
+    store = SQLiteStore(path)
+    store.add_tree(f"d{i}/f{j}" for i in range(directories) for j in range(files))
+    store.close()
+    return f"sqlite:///{path}"
+
+
+@pytest.mark.timeout(120)
+def test_traverse_ctrl_c_prints_one_line_and_exits_130(tmp_path: Path) -> None:
+    """SIGINT to `executors traverse` in the middle of a traversal: one line saying so, no
+    traceback, exit status 130. (Its --print output goes to a pipe nobody reads until the
+    signal is sent, so the traversal cannot finish first.)"""
+    store = _tree_db(tmp_path / "tree.db", 200, 200)
+    with subprocess.Popen(_executors("traverse", store, "--print"), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("/")  # it is visiting
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert err.splitlines()[-1] == "executors traverse: interrupted", err[-3000:]
+    assert len(out.splitlines()) < 40_000  # it stopped before the end
+
+
+@pytest.mark.timeout(120)
+def test_traverse_progress_redraws_on_a_terminal_only(tmp_path: Path) -> None:
+    """On a terminal (a pty) traverse redraws its progress bar with carriage returns; on a
+    pipe it prints plain lines, with none."""
+    cmd = _executors("traverse", _tree_db(tmp_path / "tree.db", 30, 30), "--budget", "0.01")
+    returncode, tty = _stderr_on_a_terminal(cmd)
+    assert returncode == 0, tty[-3000:]
+    assert "\r[" in tty and "931/931 nodes" in tty, tty[-3000:]
+    piped = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert piped.returncode == 0, piped.stderr[-3000:]
+    assert "\r" not in piped.stderr
+    assert re.search(r"^\[#+\] 931/931 nodes", piped.stderr, re.MULTILINE), piped.stderr

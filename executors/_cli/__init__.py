@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import sys
+import textwrap
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -61,6 +62,12 @@ def _version() -> str:
         return __version__
 
 
+def _fill(text: str) -> str:
+    # Subcommands keep their epilogs' layout (tables, examples), so their help is formatted
+    # raw; their descriptions are prose, wrapped here.
+    return "\n\n".join(textwrap.fill(paragraph, 78) for paragraph in text.split("\n\n"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of the whole command: one sub-parser per entry of `SUBCOMMANDS`."""
     parser = argparse.ArgumentParser(prog="executors", description=DESCRIPTION)
@@ -68,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in SUBCOMMANDS:
         sub_parser = sub.add_parser(
-            command.NAME, help=command.HELP, description=command.DESCRIPTION,
+            command.NAME, help=command.HELP, description=_fill(command.DESCRIPTION),
             epilog=command.EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
         command.add_arguments(sub_parser)
         # `parser` lets a subcommand report a usage error on its own usage line (exit 2).

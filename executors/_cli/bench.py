@@ -1,15 +1,21 @@
-"""The engine of ``executors bench``: run the benchmark areas with progress, render the reports.
+"""The ``executors bench`` command: run the benchmark areas with progress, render the reports.
 
-Each area is a script in the checkout's ``benchmarks/`` folder that measures ours and the peers
-in one process, interleaved, and writes ``benchmarks/results/<area>.json``. This module runs them
-(one subprocess per area, progress on stderr, tables on stdout) and renders every results file
-into the docs' benchmark pages: a markdown table per area, ratios first, and a PNG chart
-(matplotlib, from the ``bench`` extra). Only the command line imports it.
+Each area is a script in a source checkout's ``benchmarks/`` folder that measures ours and the
+peers in one process, interleaved, and writes a results file (JSON). This module runs them (one
+subprocess per area, progress on stderr, tables on stdout) and renders results files into
+report pages: a markdown table per area, ratios first, and a PNG chart (matplotlib, from the
+``bench`` extra).
+
+Where things go: a user's run writes its results and reports into a directory of their choosing
+(``--output``, default ``./bench-results``) and never touches the repository's tracked files.
+Only ``--update-repo``, a maintainer's option, writes ``benchmarks/results/*.json`` and
+re-renders ``docs/content/benchmarks/``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -30,29 +36,41 @@ __all__ = (
     "HELP",
     "NAME",
     "AreaRun",
-    "BENCHMARKS_DIR",
-    "DOCS_BENCH_DIR",
     "OURS",
-    "RESULTS_DIR",
     "add_arguments",
     "areas",
+    "load_results",
     "render_all",
     "run",
     "run_areas",
 )
 
 NAME = "bench"
-HELP = "run benchmarks: ours beside the peers, same run"
-DESCRIPTION = HELP
+HELP = "run benchmarks: ours beside the peers, same run; reports into a directory"
+DESCRIPTION = (
+    "Run benchmark areas: ours beside every peer, measured interleaved in one process run. "
+    "The results (JSON), a report page per area and charts go to --output (default "
+    "./bench-results, in the current directory); the repository's own files are never "
+    "rewritten unless --update-repo is given. Needs a source checkout (the benchmarks and "
+    "their peers are not installed with the package) and the bench extra."
+)
+# The epilog lists the areas found in the checkout with their durations: add_arguments builds it.
 EPILOG = None
 
 ROOT = Path(__file__).resolve().parents[2]
 # The benchmarks live beside the package in a source checkout (they import the peers, which are
 # not runtime dependencies); the command runs them from there.
 BENCHMARKS_DIR = ROOT / "benchmarks"
-RESULTS_DIR = BENCHMARKS_DIR / "results"
-DOCS_BENCH_DIR = ROOT / "docs" / "content" / "benchmarks"
+# The repository's tracked results and docs pages: written by --update-repo only.
+REPO_RESULTS_DIR = BENCHMARKS_DIR / "results"
+REPO_DOCS_DIR = ROOT / "docs" / "content" / "benchmarks"
+DEFAULT_OUTPUT = Path("bench-results")
 OURS = "executors"
+
+# Rough duration of a quick run per area (one round each), measured on a loaded 2-core machine;
+# only the --help text uses it. A full run's duration comes from the area's last results file.
+_QUICK_SECONDS = {"bridge": 1, "channels": 1, "deferred": 7, "locks": 1, "periodic": 11,
+                  "service": 11, "taskgroups": 1, "traversal": 2}
 
 _PROGRESS = re.compile(r"^\[(?P<area>[\w-]+)\] (?P<metric>.+) \.\.\.$")
 
@@ -150,22 +168,38 @@ class _Progress:
               f"in {run.seconds:.0f} s", file=self._stream, flush=True)
 
 
+def _previous(area: str, results_dir: Path) -> AreaResult | None:
+    # The area's last results file: in results_dir, else the checkout's (read, never written).
+    for folder in (results_dir, REPO_RESULTS_DIR):
+        try:
+            data = json.loads((folder / f"{area}.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("metrics"), list):
+            return cast(AreaResult, data)
+    return None
+
+
 def _expected_metrics(area: str, results_dir: Path) -> int | None:
     # The previous results file says how many metrics the area measures: enough for a bar.
-    try:
-        data = json.loads((results_dir / f"{area}.json").read_text())
-        return len(data["metrics"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    previous = _previous(area, results_dir)
+    return None if previous is None else len(previous["metrics"])
 
 
-def run_areas(selected: Sequence[str], *, quick: bool, write: bool,
-              results_dir: Path = RESULTS_DIR, root: Path = ROOT, stdout: IO[str] | None = None,
+def _drain(stream: IO[str], into: list[str]) -> None:
+    # Ctrl-C may close the pipe under this thread (the interrupted start() never saw it run).
+    with contextlib.suppress(ValueError, OSError):
+        into.extend(stream)
+
+
+def run_areas(selected: Sequence[str], *, quick: bool, write: bool, results_dir: Path,
+              root: Path = ROOT, stdout: IO[str] | None = None,
               stderr: IO[str] | None = None) -> list[AreaRun]:
     """Run each area (``python -m benchmarks.<area>`` in *root*) in its own interpreter, in turn.
 
     The area's tables go to *stdout*; its progress lines are turned into a progress bar (or
     plain lines) on *stderr*. With *write*, each area writes ``<results_dir>/<area>.json``.
+    An exception here (Ctrl-C) kills the running area before it propagates.
     """
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
@@ -189,18 +223,28 @@ def run_areas(selected: Sequence[str], *, quick: bool, write: bool,
             assert proc.stdout is not None and proc.stderr is not None
             # stdout (the table) is small and printed at the end; drain it on a helper so
             # neither pipe can fill up while we read the other.
-            reader = threading.Thread(target=captured_out.extend, args=(proc.stdout,),
+            reader = threading.Thread(target=_drain, args=(proc.stdout, captured_out),
                                       daemon=True)
-            reader.start()
-            for line in proc.stderr:
-                match = _PROGRESS.match(line.rstrip("\n"))
-                if match:
-                    progress.update(index, area, done, expected, match["metric"])
-                    done += 1
-                else:
-                    # Anything else an area says on stderr (a warning, a traceback) is shown.
-                    progress.clear()
-                    print(line, end="", file=err, flush=True)
+            try:
+                reader.start()
+                for line in proc.stderr:
+                    match = _PROGRESS.match(line.rstrip("\n"))
+                    if match:
+                        progress.update(index, area, done, expected, match["metric"])
+                        done += 1
+                    else:
+                        # Anything else an area says on stderr (a warning, a traceback) is shown.
+                        progress.clear()
+                        print(line, end="", file=err, flush=True)
+            except BaseException:
+                # Ctrl-C reaches the area too when it comes from a terminal, but not when only
+                # this process is signalled: never leave a measuring child behind.
+                progress.clear()
+                proc.kill()
+                proc.wait()
+                if reader.is_alive():
+                    reader.join(5)  # at EOF now that the area is gone
+                raise
             reader.join()
             returncode = proc.wait()
         run = AreaRun(area, returncode, time.monotonic() - started, done)
@@ -338,13 +382,13 @@ def _chart(result: AreaResult, path: Path) -> None:
     plt.close(fig)
 
 
-def _area_page(result: AreaResult) -> str:
+def _area_page(result: AreaResult, *, chart: bool) -> str:
     area = result["area"]
     notes = [f"- **{_md(m['name'])}**: {_md(m['note'])}" for m in result["metrics"] if m["note"]]
     parts = [
         f"# {area}",
         "",
-        (f"<!-- Generated by `executors bench --render` from benchmarks/results/{area}.json; "
+        (f"<!-- Generated by `executors bench` from the results file {area}.json; "
          "edit the benchmark, not this page. -->"),
         "",
         (f"Ours beside every peer, measured interleaved in one process ({_run_line(result)}). "
@@ -354,9 +398,9 @@ def _area_page(result: AreaResult) -> str:
         "",
         area_table(result),
         "",
-        f"![{area}: ours beside the peers]({area}.png)",
-        "",
     ]
+    if chart:
+        parts += [f"![{area}: ours beside the peers]({area}.png)", ""]
     if notes:
         parts += ["## Notes", "", *notes, ""]
     parts += [f"Re-measure with `executors bench {area}` (add `--quick` for a smoke run).", ""]
@@ -367,7 +411,8 @@ def _index_page(results: Sequence[AreaResult]) -> str:
     lines = [
         "# Benchmark summary",
         "",
-        "<!-- Generated by `executors bench --render`; edit the benchmarks, not this page. -->",
+        ("<!-- Generated by `executors bench` from the results files; edit the benchmarks, "
+         "not this page. -->"),
         "",
         ("Every area runs ours and each peer in the same process, interleaved round by round, "
          "so the noise of a shared machine falls on all of them alike. Never compare absolute "
@@ -383,12 +428,14 @@ def _index_page(results: Sequence[AreaResult]) -> str:
         lines.extend(f"| [{area}]({area}.md) | {_md(metric['name'])} ({_md(metric['unit'])}) | "
                      f"{_advantage(metric)} | {mode}, Python {result['python']} |"
                      for metric in result["metrics"])
-    lines += ["", "Run them all with `executors bench` (or one area: `executors bench periodic`);",
-              "`executors bench --render` rebuilds these pages from the results files.", ""]
+    lines += ["",
+              ("Measure one area with `executors bench periodic`, or every area with "
+               "`executors bench all`;"),
+              "`executors bench --help` lists the areas and how long each takes.", ""]
     return "\n".join(lines)
 
 
-def load_results(results_dir: Path = RESULTS_DIR) -> list[AreaResult]:
+def load_results(results_dir: Path) -> list[AreaResult]:
     """Every results file in *results_dir*, by area name."""
     results = []
     for path in sorted(results_dir.glob("*.json")):
@@ -398,12 +445,16 @@ def load_results(results_dir: Path = RESULTS_DIR) -> list[AreaResult]:
     return results
 
 
-def render_all(results_dir: Path = RESULTS_DIR, out_dir: Path = DOCS_BENCH_DIR, *,
-               charts: bool = True) -> list[Path]:
-    """Write the benchmark pages (and charts) for every results file; return the files written.
+def render_all(results_dir: Path, out_dir: Path, *, charts: bool = True,
+               prune: bool = False) -> list[Path]:
+    """Write a page (and a chart) per results file in *results_dir*, and an index, into
+    *out_dir*; return the files written.
 
-    Pages of areas that have no results file any more are removed, so the docs never show a
-    stale area.
+    With *prune* (the repository's docs), pages and charts of areas that have no results file
+    any more are removed, so the docs never show a stale area; a user's folder is never pruned.
+
+    Raises:
+        RuntimeError: *charts* without matplotlib (the ``bench`` extra).
     """
     results = load_results(results_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -412,7 +463,7 @@ def render_all(results_dir: Path = RESULTS_DIR, out_dir: Path = DOCS_BENCH_DIR, 
     for result in results:
         area = result["area"]
         page = out_dir / f"{area}.md"
-        page.write_text(_area_page(result))
+        page.write_text(_area_page(result, chart=charts))
         written.append(page)
         keep.add(page.name)
         if charts:
@@ -423,61 +474,150 @@ def render_all(results_dir: Path = RESULTS_DIR, out_dir: Path = DOCS_BENCH_DIR, 
     index = out_dir / "index.md"
     index.write_text(_index_page(results))
     written.append(index)
-    for stale in out_dir.iterdir():
-        if stale.suffix in {".md", ".png"} and stale.name not in keep:
-            stale.unlink()
+    if prune:
+        for stale in out_dir.iterdir():
+            if stale.suffix in {".md", ".png"} and stale.name not in keep:
+                stale.unlink()
     return written
 
 
 # -- the command -----------------------------------------------------------------------------
 
 
+def _duration(seconds: float) -> str:
+    return f"~{seconds:.0f} s" if seconds < 90 else f"~{seconds / 60:.0f} min"
+
+
+def _full_seconds(area: str) -> float | None:
+    """How long the area's last full run took, from the repository's results file."""
+    previous = _previous(area, REPO_RESULTS_DIR)
+    return previous["seconds"] if previous is not None and not previous["quick"] else None
+
+
+def _areas_epilog(available: Sequence[str]) -> str:
+    """The areas with their approximate durations, quick and full, for --help."""
+    if not available:
+        return ("areas: none here. The benchmarks live in a source checkout "
+                "(git clone, then pip install -e '.[bench]').")
+    rows = []
+    total_quick = total_full = 0.0
+    for area in available:
+        full = _full_seconds(area)
+        quick = _QUICK_SECONDS.get(area)
+        total_quick += quick or 0
+        total_full += full or 0
+        rows.append(f"  {area:<12} {_duration(quick) if quick else '?':>8}   "
+                    f"{_duration(full) if full else '?':>8}")
+    rows.append(f"  {'all':<12} {_duration(total_quick):>8}   {_duration(total_full):>8}")
+    return "\n".join([
+        "areas (approximate duration with --quick, then of a full run; the full figure is the",
+        "last full run's, from benchmarks/results/AREA.json):",
+        *rows,
+        "",
+        "examples:",
+        "  executors bench periodic               # one area, into ./bench-results",
+        "  executors bench all --quick            # every area, one round each: do they work?",
+        "  executors bench locks --output /tmp/b  # results and report pages in /tmp/b",
+        "  executors bench all --update-repo      # maintainers: refresh the repository's",
+        "                                         # results, docs pages and charts",
+    ])
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register the options of `executors bench` on *parser*."""
-    parser.add_argument("areas", nargs="*", help="areas to run (default: all)")
+    """Register the options of `executors bench` on *parser* (its epilog lists the areas)."""
+    available = areas()
+    parser.epilog = _areas_epilog(available)
+    parser.add_argument("areas", nargs="*", metavar="AREA",
+                        help="areas to run (listed below), or 'all'; required")
     parser.add_argument("--quick", action="store_true",
-                        help="one round each, to check they work (writes no results unless "
-                        "--write)")
-    parser.add_argument("--write", action="store_true",
-                        help="with --quick: write the results files anyway")
+                        help="one round each, to check that they work; its figures are marked "
+                        "quick and are no measurement")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, metavar="DIR",
+                        help="where the results (AREA.json), report pages (AREA.md, index.md) "
+                        "and charts (AREA.png) go (default: ./bench-results)")
+    parser.add_argument("--update-repo", action="store_true",
+                        help="maintainers: write the repository's benchmarks/results/AREA.json "
+                        "and re-render docs/content/benchmarks/ instead (source checkout only; "
+                        "never with --quick)")
     parser.add_argument("--render", action="store_true",
-                        help="measure nothing: re-render the docs' benchmark pages and charts "
-                        "from benchmarks/results/*.json")
-    parser.add_argument("--no-render", action="store_true",
-                        help="after measuring, leave the docs' benchmark pages as they are")
+                        help="measure nothing: re-render the report pages and charts from the "
+                        "results already there (--output's, or with --update-repo the "
+                        "repository's)")
+
+
+def _checkout_problem() -> str | None:
+    """Why --update-repo cannot run here, or None in a source checkout."""
+    needed = [ROOT / "pyproject.toml", REPO_RESULTS_DIR, REPO_DOCS_DIR]
+    missing = [str(p) for p in needed if not p.exists()]
+    if not missing:
+        return None
+    return (f"--update-repo rewrites a source checkout's results and docs, and this is not one "
+            f"(missing: {', '.join(missing)}); use --output DIR for your own results")
+
+
+def _render(results_dir: Path, out_dir: Path, *, prune: bool) -> list[Path]:
+    try:
+        return render_all(results_dir, out_dir, prune=prune)
+    except RuntimeError as exc:  # no matplotlib: the pages are still worth having
+        print(f"executors bench: no charts ({exc})", file=sys.stderr)
+        return render_all(results_dir, out_dir, charts=False, prune=prune)
+
+
+def _usage(message: str) -> int:
+    print(f"executors bench: {message}", file=sys.stderr)
+    return 2
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run `executors bench` for parsed *args*; return the exit status."""
+    """Run `executors bench` for parsed *args*; return the exit status.
+
+    0 when every area ran, 1 when one failed, 2 for a usage error, 130 after Ctrl-C.
+    """
+    if args.update_repo:
+        problem = _checkout_problem()
+        if problem is not None:
+            return _usage(problem)
+        if args.quick:
+            return _usage("--update-repo takes no --quick: a quick run's figures must never "
+                          "replace a full run's")
+        results_dir, pages_dir = REPO_RESULTS_DIR, REPO_DOCS_DIR
+    else:
+        # Absolute: the areas run in the checkout, not in the user's working directory.
+        results_dir = pages_dir = args.output.resolve()
     if args.render:
         if args.areas or args.quick:
-            print("executors bench: --render takes no areas and no --quick; it re-renders "
-                  "every results file", file=sys.stderr)
-            return 2
-        written = render_all()
-        print(f"executors bench: rendered {len(written)} file(s) into "
-              f"{DOCS_BENCH_DIR}", file=sys.stderr)
+            return _usage("--render takes no areas and no --quick; it re-renders every "
+                          "results file")
+        written = _render(results_dir, pages_dir, prune=args.update_repo)
+        print(f"executors bench: rendered {len(written)} file(s) into {pages_dir}",
+              file=sys.stderr)
         return 0
     available = areas()
     if not available:
-        print("executors bench: no benchmarks/ directory beside the package; "
-              "run it from a source checkout", file=sys.stderr)
-        return 2
-    selected = args.areas or available
+        return _usage("no benchmarks/ folder beside the package: the benchmarks run from a "
+                      "source checkout (git clone, then pip install -e '.[bench]')")
+    if not args.areas:
+        total = sum(_full_seconds(area) or 0.0 for area in available)
+        return _usage(f"name the areas to run, or 'all' (a full run of all takes "
+                      f"{_duration(total)}): {', '.join(available)}; --help gives each one's "
+                      "duration")
+    selected = available if "all" in args.areas else list(dict.fromkeys(args.areas))
     unknown = [a for a in selected if a not in available]
     if unknown:
-        print(f"executors bench: unknown area(s) {', '.join(unknown)}; "
-              f"choose from {', '.join(available)}", file=sys.stderr)
-        return 2
-    # A quick run checks that the benchmarks work; its numbers must not replace a full run's.
-    write = not args.quick or args.write
-    runs = run_areas(selected, quick=args.quick, write=write)
+        return _usage(f"unknown area(s) {', '.join(unknown)}; choose from "
+                      f"{', '.join(available)}, or all")
+    try:
+        runs = run_areas(selected, quick=args.quick, write=True, results_dir=results_dir)
+    except KeyboardInterrupt:
+        print(f"\nexecutors bench: interrupted; the areas that finished are in {results_dir}",
+              file=sys.stderr, flush=True)
+        return 130
+    written = _render(results_dir, pages_dir, prune=args.update_repo)
+    print(f"executors bench: results in {results_dir}; {len(written)} report file(s) in "
+          f"{pages_dir}", file=sys.stderr)
     failed = [r.area for r in runs if r.returncode != 0]
-    if write and not args.no_render:
-        written = render_all()
-        print(f"executors bench: results in {RESULTS_DIR}; {len(written)} docs file(s) "
-              f"rendered into {DOCS_BENCH_DIR}", file=sys.stderr)
     if failed:
         print(f"executors bench: failed: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
