@@ -39,8 +39,11 @@ async def absorb_stale_cancel(parent: asyncio.Task[Any]) -> None:
     requested any more would hit the parent at its next await (gh-116720, the
     nested_groups_both_cancelled case). Call it where the caller knows the cancellation is its
     own; a real cancellation arriving meanwhile raises the count again and propagates.
+
+    `_must_cancel` is private: a task that does not show it counts as "maybe pending" (yield
+    once and absorb what nobody requests), the fallback listed in docs/content/design.md.
     """
-    if UNCANCEL_CLEARS_MUST_CANCEL or not getattr(parent, "_must_cancel", False):
+    if UNCANCEL_CLEARS_MUST_CANCEL or getattr(parent, "_must_cancel", None) is False:
         return
     try:
         await asyncio.sleep(0)
