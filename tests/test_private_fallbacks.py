@@ -37,23 +37,30 @@ def _hide_daemon_check(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_threads, "threading", view)
 
 
+def _executor_thread_daemon(name: str) -> bool:
+    """Open a PeriodicExecutor, wait for its first run, close and join it; return whether its
+    thread was a daemon."""
+    ran = threading.Event()
+    ex = PeriodicExecutor(interval=60, min_interval=0, target=lambda: ran.set() or True,
+                          name=name)
+    ex.open()
+    try:
+        assert ran.wait(10)
+        thread = ex._thread
+        assert thread is not None
+        return thread.daemon
+    finally:
+        ex.close()
+        assert ex.join(10)
+
+
 def test_without_daemon_threads_allowed_threads_are_daemons(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Without ``threading._daemon_threads_allowed`` (3.11 has none) daemon threads are taken
     to be allowed: a PeriodicExecutor runs its target on a daemon thread and stops."""
     _hide_daemon_check(monkeypatch)
     assert _threads.daemon_threads_allowed() is True
-    ran = threading.Event()
-    ex = PeriodicExecutor(interval=60, min_interval=0, target=lambda: ran.set() or True,
-                          name="fallback-probe")
-    ex.open()
-    try:
-        assert ran.wait(10)
-        thread = ex._thread
-        assert thread is not None and thread.daemon
-    finally:
-        ex.close()
-        assert ex.join(10)
+    assert _executor_thread_daemon("fallback-probe") is True
 
 
 class _RefusesDaemon(threading.Thread):
@@ -71,17 +78,7 @@ def test_without_daemon_threads_allowed_a_refusal_still_falls_back(
     thread is started again as a non-daemon one, and the executor runs and stops."""
     _hide_daemon_check(monkeypatch)
     monkeypatch.setattr(_threads, "Thread", _RefusesDaemon)
-    ran = threading.Event()
-    ex = PeriodicExecutor(interval=60, min_interval=0, target=lambda: ran.set() or True,
-                          name="fallback-refused")
-    ex.open()
-    try:
-        assert ran.wait(10)
-        thread = ex._thread
-        assert thread is not None and not thread.daemon
-    finally:
-        ex.close()
-        assert ex.join(10)
+    assert _executor_thread_daemon("fallback-refused") is False
 
 
 # -- threading._register_atexit (3.9+) --------------------------------------------------------
