@@ -254,6 +254,36 @@ def test_traverse_refuses_a_bad_store_naming_it(store: str, tmp_path: Path) -> N
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["text file", "directory"])
+def test_traverse_refuses_a_store_that_is_not_a_database(kind: str, tmp_path: Path) -> None:
+    """A sqlite:/// STORE that exists but is not a SQLite database (a text file, a directory)
+    is one line naming STORE and what SQLite said, exit 2 (it was a sqlite3 traceback)."""
+    path = tmp_path / "notes"
+    if kind == "directory":
+        path.mkdir()
+    else:
+        path.write_text("not a database\n" * 100)
+    proc = _executors("traverse", f"sqlite:///{path}", "--no-progress", timeout=30)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = _one_line_error(proc)
+    assert line.startswith(f"executors traverse: STORE sqlite:///{path}: "), line
+
+
+@pytest.mark.timeout(60)
+def test_traverse_reports_an_unreachable_postgres_store_in_one_line() -> None:
+    """A postgresql:// STORE nobody answers is one line naming STORE, the server tried and
+    why, without the URL's password; exit 1 (it was a TransactionRetry traceback)."""
+    pytest.importorskip("asyncpg", reason="asyncpg is not installed (the test extra has it)")
+    proc = _executors("traverse", "postgresql://bob:s3cret-pw@127.0.0.1:1/tree",
+                      "--no-progress", timeout=50)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    line = _one_line_error(proc)
+    assert line.startswith("executors traverse: STORE postgresql://bob:***@127.0.0.1:1/tree: "
+                           "cannot connect: "), line
+    assert "s3cret-pw" not in line
+
+
+@pytest.mark.timeout(60)
 def test_traverse_accepts_the_smallest_valid_settings(tree_db: Path) -> None:
     """The boundary is not too strict: ``--limit 1 --window 1 --page-size 1`` and a short
     budget visit the whole tree."""

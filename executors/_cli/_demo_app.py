@@ -42,7 +42,7 @@ from executors.errors import ChannelClosed
 from integrations.bridge import Portal
 from integrations.mongo import CursorReaper
 
-__all__ = ("DemoConfig", "DemoReport", "EmbeddedServer", "check_uri", "redact", "run_demo")
+__all__ = ("DemoConfig", "DemoReport", "EmbeddedServer", "check_uri", "run_demo")
 
 DATABASE = "executors_demo"
 COLLECTION = "items"
@@ -177,11 +177,6 @@ class DemoReport:
 #: How long the reachability check waits for a server given with ``--uri``. Only the check:
 #: the run itself keeps pymongo's defaults.
 PING_TIMEOUT = 5.0
-
-
-def redact(uri: str) -> str:
-    """*uri* with its password replaced by ``***`` (for messages)."""
-    return re.sub(r"^([a-z+]+://[^:/@]*):[^@/]*@", r"\1:***@", uri)
 
 
 def check_uri(uri: str, timeout: float = PING_TIMEOUT) -> None:

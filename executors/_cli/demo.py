@@ -11,6 +11,8 @@ import sys
 
 from executors import _validate
 
+from ._urls import redact
+
 __all__ = ("DESCRIPTION", "EPILOG", "HELP", "NAME", "add_arguments", "run")
 
 NAME = "demo"
@@ -81,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             _demo_app.check_uri(args.uri)
         except (ValueError, ConnectionError) as exc:
-            print(f"executors demo: --uri {_demo_app.redact(args.uri)}: {exc}",
+            print(f"executors demo: --uri {redact(args.uri)}: {exc}",
                   file=sys.stderr)
             # Not a MongoDB URI is a usage error (2); a well-formed one nobody answers, 1.
             return 2 if isinstance(exc, ValueError) else 1

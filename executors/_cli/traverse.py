@@ -11,6 +11,9 @@ from typing import TextIO
 
 from executors import _validate
 from executors.aio import Semaphore, Store, Traversal, TraversalStatistics, Visit
+from executors.errors import TransactionRetry
+
+from ._urls import redact
 
 __all__ = ("DESCRIPTION", "EPILOG", "HELP", "NAME", "add_arguments", "run")
 
@@ -31,7 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of `executors traverse` on *parser*."""
     parser.add_argument("store", metavar="STORE", help="sqlite:///path.db or postgresql://...")
     parser.add_argument("--mode", choices=("strict", "relaxed", "any"), default="strict",
-                        help="traversal order (default strict: pre-order by name)")
+                        help="traversal order (default strict: a directory, its files by name, "
+                        "then its subdirectories by name; relaxed and any trade order for "
+                        "speed)")
     parser.add_argument("--budget", type=float, default=5.0,
                         help="seconds per transaction, > 0 (default 5, FoundationDB's limit)")
     parser.add_argument("--limit", type=int, default=8,
@@ -86,20 +91,58 @@ async def _traverse_store(args: argparse.Namespace, store: Store, total: int
     return stats
 
 
+#: Seconds the first connection to a PostgreSQL STORE may take (asyncpg's default is 60).
+CONNECT_TIMEOUT = 10.0
+
+
+class _Unreachable(Exception):
+    """The STORE is well formed but could not be reached: one line, exit status 1."""
+
+
 async def _traverse(args: argparse.Namespace) -> TraversalStatistics:
     url: str = args.store
     if url.startswith(_SQLITE):
+        import sqlite3
+
         from integrations.sqlite_store import SQLiteStore
 
-        store = SQLiteStore(url[len(_SQLITE):])
+        path = url[len(_SQLITE):]
         try:
-            return await _traverse_store(args, store, store.count())
+            store = SQLiteStore(path)
+        except sqlite3.Error as exc:  # a directory, a file that is not a database
+            raise ValueError(f"STORE {url}: not a SQLite database ({exc})") from None
+        try:
+            try:
+                total = store.count()
+            except sqlite3.Error as exc:
+                raise ValueError(f"STORE {url}: not a traversal store ({exc})") from None
+            return await _traverse_store(args, store, total)
         finally:
             store.close()
+    try:
+        import asyncpg
+    except ImportError:
+        raise _Unreachable("a postgresql:// STORE needs asyncpg: pip install asyncpg") from None
+
     from integrations.postgres_store import PostgresStore
 
-    async with PostgresStore(url, readers=max(0, args.limit - 1)) as pg:
+    shown = redact(url)
+    try:
+        pg = PostgresStore(url, readers=max(0, args.limit - 1))
+        async with asyncio.timeout(CONNECT_TIMEOUT):
+            await pg.open()
+    except ValueError as exc:  # asyncpg could not parse the URL
+        raise ValueError(f"STORE {shown}: {exc}") from None
+    except TimeoutError:
+        raise _Unreachable(f"STORE {shown}: no answer within {CONNECT_TIMEOUT:g} s") from None
+    except (OSError, TransactionRetry, asyncpg.PostgresError) as exc:
+        # Refused, unknown host, bad password, no such database: what the server said.
+        reason = exc.__cause__ if isinstance(exc, TransactionRetry) and exc.__cause__ else exc
+        raise _Unreachable(f"STORE {shown}: cannot connect: {reason}") from None
+    try:
         return await _traverse_store(args, pg, await pg.count())
+    finally:
+        await pg.close()
 
 
 def _check_options(args: argparse.Namespace) -> None:
@@ -130,6 +173,9 @@ def run(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as exc:
         print(f"executors traverse: {exc}", file=sys.stderr)
         return 2
+    except _Unreachable as exc:
+        print(f"executors traverse: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("\nexecutors traverse: interrupted", file=sys.stderr)
         return 130
