@@ -61,8 +61,9 @@ def _check_options(args: argparse.Namespace) -> None:
         args.parser.error(str(exc))
 
 
-# The modules the demo extra brings; an ImportError naming another is a bug, not an install.
-_DEMO_EXTRA_MODULES = frozenset({"pymongo", "bson", "gridfs"})
+# The modules the demo extra brings (pymongo's packages and its dnspython); an ImportError
+# naming another is a bug to show in full, not a missing install.
+_DEMO_EXTRA_MODULES = frozenset({"pymongo", "bson", "gridfs", "dns"})
 
 
 def run(args: argparse.Namespace) -> int:
