@@ -45,7 +45,7 @@ def virtual(services: list[BackgroundService], **kwargs: object) -> tuple[
 def sleeps_until(svc: BackgroundService, clock: VirtualClock, deadline: float) -> None:
     """Wait until the scheduler sleeps on the clock with `deadline` (it has seen a change)."""
     def check() -> bool:
-        entry = clock._sleepers.get(svc._scheduler)  # type: ignore[arg-type]
+        entry = clock._sleepers.get(svc._scheduler.thread)  # type: ignore[arg-type]
         return entry is not None and abs(entry[0] - deadline) < 1e-9
     wait_until(check, 5, message=f"scheduler not sleeping until {deadline}: {clock!r}")
 
@@ -53,7 +53,7 @@ def sleeps_until(svc: BackgroundService, clock: VirtualClock, deadline: float) -
 def sleeps_without_deadline(svc: BackgroundService, clock: VirtualClock) -> None:
     """Wait until the scheduler sleeps on the clock with no deadline at all (nothing due)."""
     def check() -> bool:
-        entry = clock._sleepers.get(svc._scheduler)  # type: ignore[arg-type]
+        entry = clock._sleepers.get(svc._scheduler.thread)  # type: ignore[arg-type]
         return entry is not None and entry[0] == math.inf
     wait_until(check, 5, message=f"scheduler not sleeping without a deadline: {clock!r}")
 

@@ -72,14 +72,14 @@ def test_control_queue_stays_bounded_under_overload(services: list[BackgroundSer
     peak = 0
     for _ in range(10_000):
         target.wake()
-        peak = max(peak, svc._messages.qsize())
+        peak = max(peak, svc._scheduler.messages.qsize())
     assert peak <= 10, f"{peak} control messages queued"
     assert ran.acquire(timeout=10), "wake() not served under overload"
     for job in jobs[:10]:
         job.cancel()
     wait_until(lambda: len(svc.jobs) == 991, 10,
                message="cancelled jobs stayed in jobs under overload")
-    assert svc._messages.qsize() <= 10
+    assert svc._scheduler.messages.qsize() <= 10
 
 
 def test_shutdown_reports_executing_and_never_started_runs_apart(

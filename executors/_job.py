@@ -1,0 +1,446 @@
+"""A periodic job of a `BackgroundService`: its handle, its statistics, and its runs.
+
+`Job` is the public handle (control from any thread, a statistics snapshot) and owns what a
+run does: `Job._run_once` is the one per-run bookkeeping, used alike by a shared job's run (on
+the pool or the scheduler thread, see `executors._scheduler`) and by a dedicated job's
+`PeriodicExecutor`. Where the job stands in the schedule (heap token, due time, in flight) is
+the scheduler's, in the job's `JobSlot`: the job reads it, only the scheduler writes it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import logging
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal, final
+
+from . import _validate
+from .periodic import PeriodicExecutor
+
+if TYPE_CHECKING:
+    from ._scheduler import Scheduler
+
+__all__ = ("Job", "JobSlot", "JobStatistics", "OnError", "Overrun", "job_interval")
+
+logger = logging.getLogger("executors.service")
+
+OnError = Literal["continue", "stop", "backoff"]
+Overrun = Literal["skip", "catch_up"]
+
+#: The key of `Job`'s constructor: jobs are made by `BackgroundService.every` only.
+NO_PUBLIC_CONSTRUCTOR = object()
+
+
+def job_interval(value: object) -> float:
+    """A job's interval: finite seconds > 0 (0 spun a core, and was usually a typo)."""
+    seconds = _validate.seconds(value, "interval")
+    if seconds == 0:
+        raise ValueError("interval must be > 0 seconds, got 0: a job due again the moment it "
+                         "ends keeps a core busy; for continuous work, submit() one loop")
+    return seconds
+
+
+@dataclasses.dataclass(frozen=True)
+class JobStatistics:
+    """A snapshot of one job (see `Job.statistics` and `BackgroundService.status`).
+
+    Times are on the service's clock (`time.monotonic` unless a clock was injected);
+    `next_run_in` is relative to the moment of the snapshot.
+    """
+
+    name: str
+    #: "pending" (service not started), "scheduled", "running", "paused", "failed" (stopped by
+    #: ``on_error="stop"``), "cancelled", or "closed" (the service shut down).
+    state: str
+    dedicated: bool
+    interval: float
+    runs: int
+    errors: int
+    #: Errors since the last successful run (what ``on_error="backoff"`` doubles its delay by).
+    consecutive_errors: int
+    last_error: str | None
+    last_run_at: float | None
+    last_duration: float | None
+    next_run_at: float | None
+    next_run_in: float | None
+    #: How late the last run started after its due time (seconds), and the worst so far.
+    lateness: float | None
+    max_lateness: float
+    #: Runs that lasted longer than the interval; and due runs skipped by ``overrun="skip"``.
+    overruns: int
+    skipped: int
+    wake_requests: int
+    #: True while the job is light enough to run on the scheduler thread (no hand-off).
+    inline: bool
+
+
+@final
+class JobSlot:
+    """Where a job stands in its scheduler: written by `executors._scheduler` only (and, for
+    a dedicated job, whose scheduler is its own executor, `running`/`executing` by its run).
+
+    Fields marked "under the lock" are written under the scheduler's lock; the flags are
+    written lock-free (one store each). The heap holds slots, so the scheduler's hot path
+    touches the job itself only to run it.
+    """
+
+    __slots__ = ("due", "executing", "heavy", "inline", "job", "last_nominal", "nominal",
+                 "running", "token", "wake_posted", "wake_requested")
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.token = 0  # under the lock; heap entries carrying another token are stale
+        self.nominal: float | None = None  # under the lock: grid time of the next run
+        self.due: float | None = None  # under the lock: nominal + jitter
+        self.last_nominal: float | None = None  # under the lock
+        # running: handed over for a run (queued or executing); executing: that run has
+        # started. A run queued behind a busy pool is running but not executing, and a
+        # shutdown drops it (ShutdownReport.dropped_jobs).
+        self.running = False
+        self.executing = False
+        # A wake() asks for a run; wake_posted is True while its message is in the queue,
+        # so repeated wakes are one message (the queue stays bounded).
+        self.wake_requested = False
+        self.wake_posted = False
+        # Light jobs run on the scheduler thread: see BackgroundService(inline_below=).
+        self.inline = False
+        self.heavy = False
+
+    def __repr__(self) -> str:
+        return (f"<JobSlot {self.job.name!r} token={self.token} due={self.due}"
+                f"{' running' if self.running else ''}{' inline' if self.inline else ''}>")
+
+
+@final
+class Job:
+    """A periodic job of a `BackgroundService`; made by `BackgroundService.every`, never directly.
+
+    Control methods may be called from any thread. `wake()` and `cancel()` take no lock (safe
+    from destructors and weakref callbacks; ``cancel`` accepts and ignores one positional
+    argument so that ``weakref.ref(owner, job.cancel)`` ends a job with its owner). `pause()`,
+    `resume()` and `update_interval()` take the service's lock briefly.
+
+    A job never runs concurrently with itself.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_args",
+        "_backoff_max",
+        "_cancelled",
+        "_consecutive_errors",
+        "_dedicated",
+        "_delay",
+        "_errors",
+        "_executor",
+        "_fn",
+        "_interval",
+        "_jitter",
+        "_last_duration",
+        "_last_error",
+        "_last_lateness",
+        "_last_start",
+        "_max_lateness",
+        "_min_interval",
+        "_name",
+        "_on_error",
+        "_overrun",
+        "_overruns",
+        "_paused",
+        "_runs",
+        "_scheduler",
+        "_skipped",
+        "_slot",
+        "_stopped",
+        "_wake_requests",
+    )
+
+    def __init__(self, key: object, scheduler: Scheduler, fn: Callable[..., object],
+                 args: tuple[object, ...], name: str, interval: float, min_interval: float,
+                 jitter: float, delay: float, on_error: OnError, overrun: Overrun,
+                 backoff_max: float, dedicated: bool, executor_name: str = "") -> None:
+        if key is not NO_PUBLIC_CONSTRUCTOR:
+            raise TypeError("Job objects are made by BackgroundService.every()")
+        self._scheduler = scheduler
+        self._slot = JobSlot(self)
+        self._fn = fn
+        self._args = args
+        self._name = name
+        self._interval = interval
+        self._min_interval = min_interval
+        self._jitter = jitter
+        self._delay = delay
+        self._on_error: OnError = on_error
+        self._overrun: Overrun = overrun
+        self._backoff_max = backoff_max
+        self._dedicated = dedicated
+        self._executor: PeriodicExecutor | None = None
+        if dedicated:
+            self._executor = PeriodicExecutor(
+                interval, min_interval, self._dedicated_target, name=executor_name,
+                clock=scheduler.clock, fork_policy=scheduler.fork_policy)
+        # Control flags, written by this job's own methods (lock-free stores).
+        self._paused = False
+        self._cancelled = False
+        self._stopped = False
+        # Statistics, written by the run in progress (one at a time).
+        self._runs = 0
+        self._errors = 0
+        self._consecutive_errors = 0
+        self._last_error: str | None = None
+        self._last_start: float | None = None
+        self._last_duration: float | None = None
+        self._last_lateness: float | None = None
+        self._max_lateness = 0.0
+        self._overruns = 0
+        self._skipped = 0
+        self._wake_requests = 0
+
+    # -- control ----------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Ask for a run soon: now, or `min_interval` after the start of the previous run.
+
+        Takes no lock (destructor-safe). A wake during a run is served after it; a wake of a
+        paused, cancelled or failed job is counted and otherwise ignored.
+        """
+        self._wake_requests += 1
+        executor = self._executor
+        if executor is not None:
+            executor.wake()
+            return
+        self._scheduler.request_wake(self._slot)
+
+    def cancel(self, dummy: object = None) -> None:
+        """End the job for good; a run in progress finishes. Takes no lock (destructor-safe).
+
+        The job leaves the service's `jobs` and `status()` once the scheduler has seen it.
+        """
+        already = self._cancelled
+        self._cancelled = True
+        executor = self._executor
+        if executor is not None:
+            executor.close()
+        if not already:  # one message per job: the queue stays bounded
+            self._scheduler.request_cancel(self._slot)
+
+    def pause(self) -> None:
+        """Stop scheduling runs until `resume()`; a run in progress finishes."""
+        self._paused = True
+        if self._executor is not None:
+            self._executor.close()
+        else:
+            self._scheduler.unschedule(self._slot)
+
+    def resume(self) -> None:
+        """Resume a paused job: it runs at once if a run fell due while paused, else when due.
+
+        A dedicated job runs at once (its executor starts again).
+        """
+        if not self._paused:
+            return
+        self._paused = False
+        executor = self._executor
+        scheduler = self._scheduler
+        if executor is None:
+            scheduler.resumed(self._slot)
+        elif scheduler.started and not scheduler.closing and not self._cancelled:
+            executor.open()
+            executor.wake()  # a thread kept from before the pause sleeps until its due time
+
+    def update_interval(self, interval: float) -> None:
+        """Change the interval; the next run is rescheduled at once (last start + `interval`).
+
+        Raises:
+            TypeError, ValueError: `interval` is not a finite number > 0 and >= `min_interval`
+                (0 is refused as in `BackgroundService.every`).
+        """
+        seconds = job_interval(interval)
+        if seconds < self._min_interval:
+            raise ValueError(
+                f"interval ({interval!r}) must not be below min_interval ({self._min_interval!r})"
+            )
+        if seconds < self._jitter:
+            raise ValueError(f"interval ({interval!r}) must not be below jitter "
+                             f"({self._jitter!r})")
+        # A run in progress reads the new interval when it ends.
+        self._interval = seconds
+        if self._executor is not None:
+            self._executor.update_interval(seconds)
+        else:
+            self._scheduler.interval_changed(self._slot)
+
+    # -- introspection ----------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def interval(self) -> float:
+        return self._interval
+
+    @property
+    def dedicated(self) -> bool:
+        return self._dedicated
+
+    @property
+    def fn(self) -> Callable[..., object]:
+        """The callable the job runs (the decorated function, for the decorator form)."""
+        return self._fn
+
+    def _state(self) -> str:
+        if self._cancelled:
+            return "cancelled"
+        if self._stopped:
+            return "failed"
+        executing = self._slot.executing
+        scheduler = self._scheduler
+        if scheduler.closing:
+            # A run queued behind a busy pool never starts once closing: it is dropped.
+            return "running" if executing else "closed"
+        if self._paused:
+            return "running" if executing else "paused"
+        executor = self._executor
+        if executing or (executor is not None and executor.statistics().state == "running"):
+            return "running"
+        return "scheduled" if scheduler.started else "pending"
+
+    def statistics(self) -> JobStatistics:
+        """A snapshot (read without a lock: counters only grow, times may be a run apart)."""
+        now = self._scheduler.clock.monotonic()
+        executor = self._executor
+        state = self._state()
+        if executor is not None:
+            es = executor.statistics()
+            next_at = es.next_run_at if state in ("scheduled", "running") else None
+        else:
+            next_at = self._slot.due if state == "scheduled" else None
+        return JobStatistics(
+            name=self._name,
+            state=state,
+            dedicated=self._dedicated,
+            interval=self._interval,
+            runs=self._runs,
+            errors=self._errors,
+            consecutive_errors=self._consecutive_errors,
+            last_error=self._last_error,
+            last_run_at=self._last_start,
+            last_duration=self._last_duration,
+            next_run_at=next_at,
+            next_run_in=None if next_at is None else max(0.0, next_at - now),
+            lateness=self._last_lateness,
+            max_lateness=self._max_lateness,
+            overruns=self._overruns,
+            skipped=self._skipped,
+            wake_requests=self._wake_requests,
+            inline=self._slot.inline,
+        )
+
+    def __repr__(self) -> str:
+        s = self.statistics()
+        parts = [f"<Job {self._name!r} {s.state} every {self._interval:g}s"]
+        if s.next_run_in is not None:
+            parts.append(f"next_run_in={s.next_run_in:.3g}s")
+        parts.append(f"runs={s.runs}")
+        if s.errors:
+            parts.append(f"errors={s.errors}")
+        if self._dedicated:
+            parts.append("dedicated")
+        return " ".join(parts) + ">"
+
+    # -- running (by the scheduler or the job's executor: never concurrently) ---------------
+
+    def _run_once(self, start: float, due: float | None,
+                  monotonic: Callable[[], float]) -> tuple[bool, float]:
+        """Run fn once, started at `start` for a run due at `due`; (failed, end time).
+
+        The per-run bookkeeping of every kind of job, written once: lateness, the call,
+        runs, duration, overruns (counted here, not when the next run is scheduled: the
+        last run before a pause, cancel or shutdown, and a failed run, are overruns too),
+        and the service's counters.
+        """
+        lateness = 0.0 if due is None else max(0.0, start - due)
+        self._last_start = start
+        self._last_lateness = lateness
+        if lateness > self._max_lateness:
+            self._max_lateness = lateness
+        failed = True
+        try:
+            failed = self._call()
+        finally:
+            end = monotonic()
+            self._runs += 1
+            duration = end - start
+            self._last_duration = duration
+            if duration > self._interval:
+                self._overruns += 1
+            self._scheduler.count_run(failed)
+        return failed, end
+
+    def _call(self) -> bool:
+        """Run fn once in a fresh context; True if it raised (the exception is logged here)."""
+        try:
+            contextvars.Context().run(self._fn, *self._args)
+        except BaseException as exc:
+            self._errors += 1
+            self._consecutive_errors += 1
+            self._last_error = f"{type(exc).__name__}: {exc}"
+            if self._on_error == "stop" or not isinstance(exc, Exception):
+                # SystemExit/KeyboardInterrupt raised by a job stop the job, not a pool thread.
+                self._stopped = True
+                logger.exception("job %r raised; stopping it (on_error=%r)", self._name,
+                                 self._on_error)
+            else:
+                logger.exception("job %r raised (error %d in a row; on_error=%r)", self._name,
+                                 self._consecutive_errors, self._on_error)
+            # Our reference only: the traceback pins the job's frames (PyMongo PYTHON-2433).
+            exc.__traceback__ = None
+            del exc
+            return True
+        self._consecutive_errors = 0
+        return False
+
+    def _backoff_delay(self) -> float:
+        """The delay after `consecutive_errors` failures: doubling, capped, never < interval."""
+        n = min(self._consecutive_errors, 64)
+        return max(self._interval, min(self._interval * 2.0 ** n, self._backoff_max))
+
+    def _next_nominal(self, due: float, start: float, end: float) -> float:
+        """The grid time of the next run after a run due at `due` ran from `start` to `end`."""
+        interval = self._interval
+        if self._consecutive_errors and self._on_error == "backoff":
+            return start + self._backoff_delay()  # the grid restarts after the backoff
+        nxt = due + interval
+        if end <= nxt or self._overrun == "catch_up":
+            return nxt
+        # skip: the first grid time after the overrun ended.
+        k = math.floor((end - due) / interval) + 1
+        self._skipped += k - 1
+        return due + k * interval
+
+    def _dedicated_target(self) -> bool:
+        # The target of a dedicated job's PeriodicExecutor; False stops the executor.
+        if self._cancelled or self._paused:
+            return False
+        executor = self._executor
+        monotonic = self._scheduler.clock.monotonic
+        # The executor's next_run_at still holds the due time this run was started for (None
+        # for the first run after open(), which is due at once), and last_run_started the
+        # start it schedules the next run from: report that one, not a later clock read.
+        es = executor.statistics() if executor is not None else None
+        due = es.next_run_at if es is not None else None
+        start = es.last_run_started if es is not None else None
+        slot = self._slot
+        slot.running = slot.executing = True
+        try:
+            failed, _ = self._run_once(monotonic() if start is None else start, due, monotonic)
+        finally:
+            slot.running = slot.executing = False
+        if self._stopped:
+            return False
+        if executor is not None and self._on_error == "backoff":
+            executor.update_interval(self._backoff_delay() if failed else self._interval)
+        return not self._cancelled
