@@ -683,7 +683,7 @@ class SharedChannelMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         if not self.ch.closed:
-            self.ch.close()
+            self.close()
         rest = list(self.ch.blocking)
         for t in self.threads:
             t.join(30)
