@@ -1,6 +1,7 @@
 """The weakref registry of live executors, their joint shutdown at exit, and the fork hook.
 
-Depends on the standard library only (and `executors._validate`, itself stdlib-only): every
+Depends on the standard library only (and `executors._validate` and `executors._clock`, both
+stdlib-only: the one rule for seconds, and the one real clock freezegun cannot stall): every
 other module registers with it, so it imports none of them at run time (`PeriodicExecutor` is
 named for the type checker only). Registered objects follow the `_Registered` protocol;
 `live_executors` tells executors apart by their ``registry_kind`` class attribute.
@@ -13,12 +14,12 @@ import logging
 import math
 import os
 import threading
-import time
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, cast, final
 
 from . import _validate
+from ._clock import SYSTEM_CLOCK
 
 if TYPE_CHECKING:  # for the annotation of live_executors only: no import at run time
     from .periodic import PeriodicExecutor
@@ -61,9 +62,8 @@ class ExitBudget:
     """
 
     __slots__ = ("_before_join", "_exited", "_spent", "deadline", "shutting_down", "timeout")
-    # Real time even under freezegun, which rewrites module globals aliasing time.monotonic
-    # but not class attributes (the same capture as executors._clock.SystemClock).
-    now = staticmethod(time.monotonic)
+    # Real time even under freezegun (see executors._clock.SystemClock).
+    now = staticmethod(SYSTEM_CLOCK.monotonic)
 
     def __init__(self) -> None:
         self.timeout = 1.0
