@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from executors import _cli
-from executors._cli import _demo_app
+from executors._cli import _bench_report, _demo_app
 from executors._cli import bench as _bench
 from executors.testing import wait_until
 
@@ -49,7 +49,7 @@ def test_render_writes_a_page_and_a_chart_per_area(tmp_path: Path) -> None:
     results, out = tmp_path / "results", tmp_path / "docs"
     results.mkdir()
     (results / "toy.json").write_text(json.dumps(_result()))
-    written = _bench.render_all(results, out)
+    written = _bench_report.render_all(results, out)
     assert {p.name for p in written} == {"toy.md", "toy.png", "index.md"}
     page = (out / "toy.md").read_text()
     header = next(line for line in page.splitlines() if line.startswith("| metric"))
@@ -74,10 +74,10 @@ def test_render_removes_pages_of_areas_without_results(tmp_path: Path) -> None:
     (out / "old.md").write_text("# old\n")
     (out / "old.png").write_bytes(b"x")
     (results / "toy.json").write_text(json.dumps(_result()))
-    _bench.render_all(results, out, charts=False)
+    _bench_report.render_all(results, out, charts=False)
     assert sorted(p.name for p in out.iterdir()) == ["index.md", "old.md", "old.png", "toy.md"]
     assert "toy.png" not in (out / "toy.md").read_text()  # no chart, no dangling image
-    _bench.render_all(results, out, charts=False, prune=True)
+    _bench_report.render_all(results, out, charts=False, prune=True)
     assert sorted(p.name for p in out.iterdir()) == ["index.md", "toy.md"]
 
 
@@ -185,9 +185,9 @@ def test_a_real_area_writes_json_that_renders_a_table_and_a_chart(tmp_path: Path
     data = json.loads((results / f"{area}.json").read_text())
     assert data["area"] == area and data["quick"] is True and data["metrics"]
     for metric in data["metrics"]:
-        assert _bench.OURS in metric["medians"]
-        assert set(metric) >= set(_bench.MetricResult.__annotations__)
-    written = {p.name for p in _bench.render_all(results, out)}
+        assert _bench_report.OURS in metric["medians"]
+        assert set(metric) >= set(_bench_report.MetricResult.__annotations__)
+    written = {p.name for p in _bench_report.render_all(results, out)}
     assert written == {f"{area}.md", f"{area}.png", "index.md"}
     page = (out / f"{area}.md").read_text()
     assert "| metric | advantage | executors |" in page

@@ -1,12 +1,12 @@
 """The ``executors`` command: the top floor, one module per subcommand, wired one way.
 
-Each subcommand module (`bench`, `demo`, `supervise`, `traverse`) offers the same five names:
+Each subcommand module (`bench`, `demo`, `supervise`, `traverse`) offers the same six names:
 `NAME`, `HELP` (one line for the top-level help), `DESCRIPTION` and `EPILOG` (its own help),
-`add_arguments(parser)` and `run(args) -> int` (the exit status). `SUBCOMMANDS` below lists
-them; nothing else registers a subcommand. A subcommand module imports nothing heavy at import
-time (the demo's pymongo, the stores' drivers are imported when it runs), so `executors --help`
-works on a bare install. Nothing imports this package but the console script, ``python -m
-executors`` and the tests.
+`add_arguments(parser)` (which may refine that help: bench lists the areas it finds) and
+`run(args) -> int` (the exit status). `SUBCOMMANDS` below lists them; nothing else registers a
+subcommand. A subcommand module imports nothing heavy at import time (the demo's pymongo, the
+stores' drivers are imported when it runs), so `executors --help` works on a bare install.
+Nothing imports this package but the console script, ``python -m executors`` and the tests.
 """
 
 from __future__ import annotations

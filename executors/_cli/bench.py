@@ -1,10 +1,9 @@
-"""The ``executors bench`` command: run the benchmark areas with progress, render the reports.
+"""The ``executors bench`` command: run the benchmark areas with progress, then their reports.
 
 Each area is a script in a source checkout's ``benchmarks/`` folder that measures ours and the
 peers in one process, interleaved, and writes a results file (JSON). This module runs them (one
-subprocess per area, progress on stderr, tables on stdout) and renders results files into
-report pages: a markdown table per area, ratios first, and a PNG chart (matplotlib, from the
-``bench`` extra).
+subprocess per area, progress on stderr, tables on stdout); `_bench_report` renders the results
+into pages and charts.
 
 Where things go: a user's run writes its results and reports into a directory of their choosing
 (``--output``, default ``./bench-results``) and never touches the repository's tracked files.
@@ -17,18 +16,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime
 import json
-import math
 import os
 import re
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, TypedDict, cast
+from typing import IO, cast
+
+from ._bench_report import AreaResult, render_all
 
 __all__ = (
     "DESCRIPTION",
@@ -36,11 +35,8 @@ __all__ = (
     "HELP",
     "NAME",
     "AreaRun",
-    "OURS",
     "add_arguments",
     "areas",
-    "load_results",
-    "render_all",
     "run",
     "run_areas",
 )
@@ -65,7 +61,6 @@ BENCHMARKS_DIR = ROOT / "benchmarks"
 REPO_RESULTS_DIR = BENCHMARKS_DIR / "results"
 REPO_DOCS_DIR = ROOT / "docs" / "content" / "benchmarks"
 DEFAULT_OUTPUT = Path("bench-results")
-OURS = "executors"
 
 # Rough duration of a quick run per area (one round each), measured on a loaded 2-core machine;
 # only the --help text uses it. A full run's duration comes from the area's last results file.
@@ -73,34 +68,6 @@ _QUICK_SECONDS = {"bridge": 1, "channels": 1, "deferred": 7, "locks": 1, "period
                   "service": 11, "taskgroups": 1, "traversal": 2}
 
 _PROGRESS = re.compile(r"^\[(?P<area>[\w-]+)\] (?P<metric>.+) \.\.\.$")
-
-
-class MetricResult(TypedDict):
-    """One metric of a results file, as benchmarks/_harness.py writes it."""
-
-    name: str
-    unit: str
-    better: str
-    note: str
-    floor: str | None
-    medians: dict[str, float]
-    samples: dict[str, list[float]]
-    unavailable: list[str]
-    best_peer: str | None
-    advantage_over_best_peer: float | None
-
-
-class AreaResult(TypedDict):
-    """A results file: benchmarks/results/<area>.json."""
-
-    area: str
-    quick: bool
-    rounds: int
-    python: str
-    machine: str
-    started: float
-    seconds: float
-    metrics: list[MetricResult]
 
 
 def areas(benchmarks_dir: Path = BENCHMARKS_DIR) -> list[str]:
@@ -253,232 +220,6 @@ def run_areas(selected: Sequence[str], *, quick: bool, write: bool, results_dir:
         out.flush()
         runs.append(run)
     return runs
-
-
-# -- rendering -------------------------------------------------------------------------------
-
-
-def _md(text: str) -> str:
-    """Text as literal Markdown: ``__del__`` must not turn bold, nor a ``|`` split a cell."""
-    parts = text.split("`")
-    for i in range(0, len(parts), 2):  # outside backticks only
-        parts[i] = re.sub(r"([\\_*|\[\]])", r"\\\1", parts[i])
-    return "`".join(parts)
-
-
-def _fmt(value: float) -> str:
-    if value == 0:
-        return "0"
-    if math.isinf(value):
-        return "∞"
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    if abs(value) >= 10:
-        return f"{value:.1f}"
-    if abs(value) >= 0.1:
-        return f"{value:.3f}"
-    return f"{value:.3g}"
-
-
-def _advantage(metric: MetricResult) -> str:
-    adv = metric["advantage_over_best_peer"]
-    if adv is None or metric["best_peer"] is None:
-        return "n/a"
-    factor = "∞" if math.isinf(adv) else f"{adv:.1f}"
-    return f"**{factor}x** vs {_md(metric['best_peer'])}"
-
-
-def _contenders(metrics: Sequence[MetricResult]) -> list[str]:
-    names: list[str] = []
-    for metric in metrics:
-        for name in [*metric["medians"], *metric["unavailable"]]:
-            if name not in names:
-                names.append(name)
-    floors = {m["floor"] for m in metrics if m["floor"]}
-    # Ours first, then the peers, then the physical floors.
-    return sorted(names, key=lambda n: (n != OURS, n in floors))
-
-
-def area_table(result: AreaResult) -> str:
-    """The area's markdown table: metric, advantage over the best peer, then every contender."""
-    metrics = result["metrics"]
-    names = _contenders(metrics)
-    lines = ["| metric | advantage | " + " | ".join(_md(n) for n in names) + " |",
-             "|---|---|" + "---:|" * len(names)]
-    for metric in metrics:
-        cells = []
-        for name in names:
-            if name in metric["medians"]:
-                cell = _fmt(metric["medians"][name])
-                cells.append(f"**{cell}**" if name == OURS else cell)
-            else:
-                cells.append("unavailable" if name in metric["unavailable"] else "—")
-        lines.append(f"| {_md(metric['name'])} ({_md(metric['unit'])}, {metric['better']} is "
-                     "better) | "
-                     f"{_advantage(metric)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def _run_line(result: AreaResult) -> str:
-    when = datetime.datetime.fromtimestamp(result["started"], datetime.UTC)
-    mode = "quick" if result["quick"] else "full"
-    return (f"{mode} run, {result['rounds']} round(s), Python {result['python']} on "
-            f"{result['machine']}, {when:%Y-%m-%d %H:%M} UTC, {result['seconds']:.0f} s")
-
-
-def _chart(result: AreaResult, path: Path) -> None:
-    try:
-        import matplotlib
-    except ImportError as exc:  # pragma: no cover - the bench extra brings it
-        raise RuntimeError("rendering charts needs matplotlib: "
-                           "pip install -e '.[bench]'") from exc
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    metrics = result["metrics"]
-    heights = [0.9 + 0.42 * max(1, len(m["medians"])) for m in metrics]
-    fig, axes = plt.subplots(len(metrics), 1, figsize=(8, sum(heights) + 0.3), squeeze=False,
-                             gridspec_kw={"height_ratios": heights})
-    for ax, metric in zip((row[0] for row in axes), metrics, strict=True):
-        names = [n for n in _contenders([metric]) if n in metric["medians"]]
-        values = [metric["medians"][n] for n in names]
-        colours = ["#3f51b5" if n == OURS else "#9e9e9e" if n == metric["floor"] else "#ff9800"
-                   for n in names]
-        ys = list(range(len(names)))[::-1]
-        positive = [v for v in values if v > 0]
-        log = bool(positive) and len(positive) == len(values) and (
-            max(positive) / min(positive) > 30)
-        ax.barh(ys, values, color=colours, height=0.6)
-        for y, name in zip(ys, names, strict=True):
-            samples = metric["samples"].get(name, [])
-            ax.plot(samples, [y] * len(samples), "k.", markersize=3, alpha=0.6)
-        if log:
-            ax.set_xscale("log")
-        top = max(values) if values and max(values) > 0 else 1.0
-        for y, name, value in zip(ys, names, values, strict=True):
-            # The label goes right of the bar and of its samples, so no dot hides it.
-            x = max([value, *metric["samples"].get(name, [])])
-            if log and x <= 0:
-                x = min(positive)
-            ax.text(x, y, f"  {_fmt(value)}", va="center", fontsize=8)
-        if log:
-            ax.set_xlabel("log scale", fontsize=7)
-        else:
-            top = max([top, *(max(s) for s in metric["samples"].values() if s)])
-            ax.set_xlim(0, top * 1.3)
-        ax.set_yticks(ys, names, fontsize=8)
-        adv = metric["advantage_over_best_peer"]
-        suffix = ""
-        if adv is not None and metric["best_peer"]:
-            if adv >= 1:
-                suffix = f"  (ours {'∞' if math.isinf(adv) else f'{adv:.1f}'}x better)"
-            else:
-                suffix = f"  (best peer {1 / adv:.1f}x better)"
-        ax.set_title(f"{metric['name']} [{metric['unit']}, {metric['better']} is better]{suffix}",
-                     fontsize=9, loc="left")
-        ax.tick_params(axis="x", labelsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100, metadata={"Software": None})
-    plt.close(fig)
-
-
-def _area_page(result: AreaResult, *, chart: bool) -> str:
-    area = result["area"]
-    notes = [f"- **{_md(m['name'])}**: {_md(m['note'])}" for m in result["metrics"] if m["note"]]
-    parts = [
-        f"# {area}",
-        "",
-        (f"<!-- Generated by `executors bench` from the results file {area}.json; "
-         "edit the benchmark, not this page. -->"),
-        "",
-        (f"Ours beside every peer, measured interleaved in one process ({_run_line(result)}). "
-         "Values are medians over the rounds; **advantage** is how many times better ours is "
-         "than the best peer, whichever direction is better. A *floor* is the physical limit "
-         "(the bare mechanism with no features), not a peer."),
-        "",
-        area_table(result),
-        "",
-    ]
-    if chart:
-        parts += [f"![{area}: ours beside the peers]({area}.png)", ""]
-    if notes:
-        parts += ["## Notes", "", *notes, ""]
-    parts += [f"Re-measure with `executors bench {area}` (add `--quick` for a smoke run).", ""]
-    return "\n".join(parts)
-
-
-def _index_page(results: Sequence[AreaResult]) -> str:
-    lines = [
-        "# Benchmark summary",
-        "",
-        ("<!-- Generated by `executors bench` from the results files; edit the benchmarks, "
-         "not this page. -->"),
-        "",
-        ("Every area runs ours and each peer in the same process, interleaved round by round, "
-         "so the noise of a shared machine falls on all of them alike. Never compare absolute "
-         "numbers across runs or machines: compare the ratios. **Advantage** is how many times "
-         "better ours is than the best peer on that metric (above 1: ours is better)."),
-        "",
-        "| area | metric | advantage | run |",
-        "|---|---|---|---|",
-    ]
-    for result in results:
-        area = result["area"]
-        mode = "quick" if result["quick"] else "full"
-        lines.extend(f"| [{area}]({area}.md) | {_md(metric['name'])} ({_md(metric['unit'])}) | "
-                     f"{_advantage(metric)} | {mode}, Python {result['python']} |"
-                     for metric in result["metrics"])
-    lines += ["",
-              ("Measure one area with `executors bench periodic`, or every area with "
-               "`executors bench all`;"),
-              "`executors bench --help` lists the areas and how long each takes.", ""]
-    return "\n".join(lines)
-
-
-def load_results(results_dir: Path) -> list[AreaResult]:
-    """Every results file in *results_dir*, by area name."""
-    results = []
-    for path in sorted(results_dir.glob("*.json")):
-        data = json.loads(path.read_text())
-        if isinstance(data, Mapping) and "metrics" in data and "area" in data:
-            results.append(cast(AreaResult, data))
-    return results
-
-
-def render_all(results_dir: Path, out_dir: Path, *, charts: bool = True,
-               prune: bool = False) -> list[Path]:
-    """Write a page (and a chart) per results file in *results_dir*, and an index, into
-    *out_dir*; return the files written.
-
-    With *prune* (the repository's docs), pages and charts of areas that have no results file
-    any more are removed, so the docs never show a stale area; a user's folder is never pruned.
-
-    Raises:
-        RuntimeError: *charts* without matplotlib (the ``bench`` extra).
-    """
-    results = load_results(results_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    keep = {"index.md"}
-    for result in results:
-        area = result["area"]
-        page = out_dir / f"{area}.md"
-        page.write_text(_area_page(result, chart=charts))
-        written.append(page)
-        keep.add(page.name)
-        if charts:
-            chart = out_dir / f"{area}.png"
-            _chart(result, chart)
-            written.append(chart)
-            keep.add(chart.name)
-    index = out_dir / "index.md"
-    index.write_text(_index_page(results))
-    written.append(index)
-    if prune:
-        for stale in out_dir.iterdir():
-            if stale.suffix in {".md", ".png"} and stale.name not in keep:
-                stale.unlink()
-    return written
 
 
 # -- the command -----------------------------------------------------------------------------
