@@ -630,3 +630,25 @@ def test_traverse_progress_redraws_on_a_terminal_only(tmp_path: Path) -> None:
     assert piped.returncode == 0, piped.stderr[-3000:]
     assert "\r" not in piped.stderr
     assert re.search(r"^\[#+\] 931/931 nodes", piped.stderr, re.MULTILINE), piped.stderr
+
+
+@pytest.mark.timeout(120)
+def test_demo_ctrl_c_while_starting_exits_130_and_leaves_no_server(tmp_path: Path) -> None:
+    """SIGINT while the demo is still starting its embedded nx-27017 server (which runs in its
+    own session, out of a terminal's Ctrl-C): one line, no traceback, exit status 130, and the
+    server is stopped, not left running."""
+    if os.environ.get("MONGODB_URI"):
+        pytest.skip("MONGODB_URI is set: the demo starts no embedded server")
+    marker = str(tmp_path)  # the server's files live in a temporary folder under TMPDIR
+    env = {**os.environ, "TMPDIR": marker}
+    with subprocess.Popen(_executors("demo", "--plain", "--seconds", "30"), env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        wait_until(lambda: _processes_with(marker), timeout=30)  # the server is starting
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out[-3000:] + err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert [line for line in err.splitlines() if line.strip()] == [
+        "executors demo: interrupted"], err
+    wait_until(lambda: not _processes_with(marker), timeout=10,
+               message="the embedded nx-27017 server outlived the demo")
