@@ -203,17 +203,16 @@ def test_stopped_child_still_terminates(tmp_path: Path) -> None:
     assert INT in [s for s, _ in signals(log)]
 
 
-def test_second_stop_request_skips_the_grace(tmp_path: Path) -> None:
-    """Checklist 7: a second stop() while a child waits out its grace SIGKILLs it at once."""
-    put_log = tmp_path / "put.log"
-    coordinator = Coordinator(
-        spec("put", recorder(put_log, "--ignore", "TERM"), grace=20), handle_signals=False,
-    )
+def _run_stopping_twice(coordinator: Coordinator, log: Path, stop_signal: signal.Signals
+                        ) -> tuple[RunResult, float]:
+    """Run *coordinator*; from another thread, stop() it once the process logging to *log* has
+    started, and again once that process received *stop_signal*. The result and the run's
+    duration in seconds."""
 
     def stopper() -> None:
-        wait_until(lambda: pid_of_or_none(put_log))
+        wait_until(lambda: pid_of_or_none(log))
         coordinator.stop()
-        wait_until(lambda: TERM in [s for s, _ in signals(put_log)])
+        wait_until(lambda: stop_signal in [s for s, _ in signals(log)])
         coordinator.stop()
 
     thread = threading.Thread(target=stopper)
@@ -221,7 +220,17 @@ def test_second_stop_request_skips_the_grace(tmp_path: Path) -> None:
     start = time.monotonic()
     result = coordinator.run()
     thread.join()
-    assert time.monotonic() - start < 5
+    return result, time.monotonic() - start
+
+
+def test_second_stop_request_skips_the_grace(tmp_path: Path) -> None:
+    """Checklist 7: a second stop() while a child waits out its grace SIGKILLs it at once."""
+    put_log = tmp_path / "put.log"
+    coordinator = Coordinator(
+        spec("put", recorder(put_log, "--ignore", "TERM"), grace=20), handle_signals=False,
+    )
+    result, elapsed = _run_stopping_twice(coordinator, put_log, TERM)
+    assert elapsed < 5
     assert result.trigger == "stop-requested" and result.exit_code == 143
     assert result.process("put").description == "terminated by SIGKILL (forced)"
 
@@ -236,19 +245,8 @@ def test_second_stop_during_supporting_grace_kills_the_rest_in_order(tmp_path: P
         [spec("s", recorder(s_log, "--ignore", "INT"), grace=20)],
         handle_signals=False,
     )
-
-    def stopper() -> None:
-        wait_until(lambda: pid_of_or_none(s_log))
-        coordinator.stop()
-        wait_until(lambda: INT in [s for s, _ in signals(s_log)])
-        coordinator.stop()
-
-    thread = threading.Thread(target=stopper)
-    thread.start()
-    start = time.monotonic()
-    result = coordinator.run()
-    thread.join()
-    assert time.monotonic() - start < 10  # not the 2 x 20 s of grace
+    result, elapsed = _run_stopping_twice(coordinator, s_log, INT)
+    assert elapsed < 10  # not the 2 x 20 s of grace
     assert result.trigger == "stop-requested" and result.exit_code == 143
     s, put = result.process("s"), result.process("put")
     assert sent(result, "s") == ["SIGINT", "SIGKILL"]
