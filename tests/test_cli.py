@@ -145,18 +145,8 @@ def test_run_areas_draws_a_progress_bar_on_a_terminal(tmp_path: Path) -> None:
     (results / "fake.json").write_text(json.dumps(_result("fake")))  # 2 metrics expected
     leader, follower = os.openpty()
     chunks: list[bytes] = []
-
-    def drain() -> None:
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:
-                return
-            if not chunk:
-                return
-            chunks.append(chunk)
-
-    reader = threading.Thread(target=drain, name="pty-reader")
+    reader = threading.Thread(target=lambda: chunks.append(_read_all(leader)),
+                              name="pty-reader")
     reader.start()
     try:
         with open(follower, "w", closefd=True) as terminal:
