@@ -31,6 +31,10 @@ from benchmarks._harness import OURS, Metric, quick_mode, run_area
 from executors.aio import Kind, Semaphore, Store, Transaction, Traversal, Visit
 from integrations.sqlite_store import SQLiteStore
 
+# Test tooling, shared with the store tests; imported here so a broken path fails loudly instead
+# of passing for "PostgreSQL skipped" below.
+from tests.helpers.postgres import temporary_server
+
 BUDGET = 0.5
 LIMIT = 8
 PAGE = 64
@@ -189,7 +193,6 @@ def main() -> None:
             import asyncpg  # noqa: F401
 
             from integrations.postgres_store import PostgresStore
-            from tests.helpers.postgres import temporary_server
             dsn = stack.enter_context(temporary_server())
         except (ImportError, FileNotFoundError) as exc:
             print(f"[traversal] PostgreSQL skipped: {exc}", file=sys.stderr)
