@@ -216,7 +216,7 @@ class WaiterQueue(Generic[W]):
             del stale[waiter]
 
     def _compact(self) -> None:
-        # In place: `live` and the deque are never replaced (primitives keep `live`).
+        # In place: `live` and the deque are never replaced (aio.locks keeps a reference to both).
         items = self._items
         stale = self._stale
         queued = self.live

@@ -871,8 +871,10 @@ def test_foreign_waiters_share_the_fifo_with_tasks() -> None:
 
 def test_waiter_queue_live_is_the_set_of_queued_waiters() -> None:
     """`WaiterQueue.live`, which the semaphore's hot paths test, is exactly the set of queued
-    waiters through append, popleft and discard (and release hands a Waiter its permit)."""
+    waiters through append, popleft and discard (and release hands a Waiter its permit); the
+    deque the contended hand-off pops from is the queue's own."""
     sem = Semaphore(0)
+    assert sem._line is sem._waiters._items
     w1, w2 = RecordingWaiter(), RecordingWaiter()
     sem._waiters.append(w1)
     sem._waiters.append(w2)
