@@ -47,6 +47,26 @@ def _drop_future(fn: Callable[[int], None], index: int, _future: object) -> None
     fn(index)
 
 
+@final
+class _Arrivals:
+    """The children of a `_supervise` call that finished, in order, and the caller's wake-up.
+
+    `waiter` is the future the caller awaits while nothing has arrived (None otherwise).
+    """
+
+    __slots__ = ("finished", "waiter")
+
+    def __init__(self) -> None:
+        self.finished: deque[int] = deque()
+        self.waiter: asyncio.Future[None] | None = None
+
+    def on_done(self, index: int) -> None:
+        self.finished.append(index)
+        w = self.waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+
 async def _supervise(children: list[asyncio.Future[Any]], mode: _Mode) -> Any:
     """Run `children` to the end under `mode`'s rules; the one engine behind four combinators.
 
@@ -58,17 +78,10 @@ async def _supervise(children: list[asyncio.Future[Any]], mode: _Mode) -> Any:
     """
     loop = asyncio.get_running_loop()
     n = len(children)
-    finished: deque[int] = deque()
-    waiter: list[asyncio.Future[None] | None] = [None]
-
-    def on_done(index: int) -> None:
-        finished.append(index)
-        w = waiter[0]
-        if w is not None and not w.done():
-            w.set_result(None)
-
+    arrivals = _Arrivals()
+    finished = arrivals.finished
     for i, child in enumerate(children):
-        child.add_done_callback(functools.partial(_drop_future, on_done, i))
+        child.add_done_callback(functools.partial(_drop_future, arrivals.on_done, i))
 
     pending = n
     stopping = False  # set once the outcome is decided: the rest are being cancelled
@@ -98,7 +111,7 @@ async def _supervise(children: list[asyncio.Future[Any]], mode: _Mode) -> Any:
     try:
         while pending:
             while not finished:
-                w = waiter[0] = loop.create_future()
+                w = arrivals.waiter = loop.create_future()
                 try:
                     await w
                 except asyncio.CancelledError as exc:
@@ -107,7 +120,7 @@ async def _supervise(children: list[asyncio.Future[Any]], mode: _Mode) -> Any:
                         caller_cancel = exc
                     stop()
                 finally:
-                    waiter[0] = None
+                    arrivals.waiter = None
             index = finished.popleft()
             pending -= 1
             child = children[index]
@@ -149,7 +162,7 @@ async def _supervise(children: list[asyncio.Future[Any]], mode: _Mode) -> Any:
     finally:
         if pending:  # only when something above raised unexpectedly: never leave children
             stop()
-        waiter[0] = None
+        arrivals.waiter = None
 
     if fatal is not None:
         raise fatal
