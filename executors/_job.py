@@ -367,17 +367,18 @@ class Job:
         self._last_lateness = lateness
         if lateness > self._max_lateness:
             self._max_lateness = lateness
-        failed = True
-        try:
-            failed = self._call()
-        finally:
-            end = monotonic()
-            self._runs += 1
-            duration = end - start
-            self._last_duration = duration
-            if duration > self._interval:
-                self._overruns += 1
-            self._scheduler.count_run(failed)
+        failed = self._call()  # never raises: it catches, logs and counts
+        end = monotonic()
+        self._runs += 1
+        duration = end - start
+        self._last_duration = duration
+        if duration > self._interval:
+            self._overruns += 1
+        # The service's counters (lock-free, as statistics: read without a lock).
+        scheduler = self._scheduler
+        scheduler.job_runs += 1
+        if failed:
+            scheduler.job_errors += 1
         return failed, end
 
     def _call(self) -> bool:

@@ -182,12 +182,6 @@ class Scheduler:
             self.schedule(slot, max(now, slot.last_nominal + slot.job._interval), now)
         self.nudge()
 
-    def count_run(self, failed: bool) -> None:
-        # The service's counters, lock-free (a statistic, read without a lock).
-        self.job_runs += 1
-        if failed:
-            self.job_errors += 1
-
     # -- the thread -------------------------------------------------------------------------
 
     def start(self) -> None:
