@@ -69,7 +69,7 @@ class _Progress:
                 f"{stats.commits} txns  {stats.retries} retries  {rate:,.0f} nodes/s")
         if self._tty:
             print("\r" + line, end="\n" if last else "", file=self._stream, flush=True)
-        else:
+        elif not last:  # a log already has the last commit's line; the summary follows
             print(line, file=self._stream, flush=True)
 
 
