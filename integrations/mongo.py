@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Mapping
 from typing import TypeVar, final
@@ -15,7 +14,7 @@ from pymongo import MongoClient
 from pymongo.errors import AutoReconnect, InvalidOperation
 from pymongo.server_selectors import writable_server_selector
 
-from executors import PeriodicExecutor, Reaper
+from executors import PeriodicExecutor, Reaper, _validate
 
 __all__ = (
     "CursorReaper",
@@ -169,12 +168,8 @@ class CursorReaper:
     ) -> None:
         if not isinstance(client, MongoClient):
             raise TypeError(f"client must be a pymongo.MongoClient, got {type(client).__name__}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-            raise TypeError(f"timeout must be a number of seconds, got {type(timeout).__name__}")
-        if not math.isfinite(timeout) or timeout <= 0:
-            raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
+        self._timeout = _validate.seconds(timeout, "timeout", allow_zero=False)
         self._client: MongoClient[_DocumentT] = client
-        self._timeout = float(timeout)
         self._killed = 0
         self._not_found = 0
         self._alive = 0
@@ -271,11 +266,12 @@ class CursorReaper:
         Raises:
             RuntimeError: called from inside the reaper's own thread while it sends a kill.
         """
-        if timeout is None:
+        seconds = _validate.timeout(timeout)  # math.inf means None
+        if seconds is None:
             return self._reaper.flush(None)
-        token = _flush_deadline.set(_Time.monotonic() + max(0.0, timeout))
+        token = _flush_deadline.set(_Time.monotonic() + seconds)
         try:
-            return self._reaper.flush(timeout)
+            return self._reaper.flush(seconds)
         finally:
             _flush_deadline.reset(token)
 
@@ -286,9 +282,10 @@ class CursorReaper:
         """
         if timeout is None:
             return self._reaper.close()
-        token = _flush_deadline.set(_Time.monotonic() + max(0.0, timeout))
+        seconds = _validate.seconds(timeout, "timeout")  # a close always has a deadline
+        token = _flush_deadline.set(_Time.monotonic() + seconds)
         try:
-            return self._reaper.close(timeout=timeout)
+            return self._reaper.close(timeout=seconds)
         finally:
             _flush_deadline.reset(token)
 

@@ -23,6 +23,7 @@ def _job() -> object:
 
 
 _reapers: list[Reaper[object, None]] = []
+_closers: list[Callable[[], object]] = []
 
 
 def _reaper(**kwargs: object) -> Reaper[object, None]:
@@ -59,6 +60,9 @@ DURATIONS: dict[str, Callable[[object], object]] = {
     "Reaper(close_timeout)": lambda v: _reaper(close_timeout=v),  # type: ignore[arg-type]
     "Reaper.close(timeout)": lambda v: _reaper().close(timeout=v),  # type: ignore[arg-type]
     "VirtualClock.advance": lambda v: VirtualClock().advance(v),  # type: ignore[arg-type]
+    "CursorReaper(timeout)": lambda v: _cursor_reaper(timeout=v),
+    "CursorReaper(interval)": lambda v: _cursor_reaper(interval=v),
+    "CursorReaper.close(timeout)": lambda v: _cursor_reaper().close(v),  # type: ignore[attr-defined]
 }
 
 TIMEOUTS: dict[str, Callable[[object], object]] = {
@@ -74,6 +78,7 @@ TIMEOUTS: dict[str, Callable[[object], object]] = {
     "wait_until": lambda v: wait_until(lambda: True, v),  # type: ignore[arg-type]
     "VirtualClock.advance(timeout)": lambda v: VirtualClock().advance(0, timeout=v),  # type: ignore[arg-type]
     "VirtualClock.wait_for_sleepers": lambda v: VirtualClock().wait_for_sleepers(0, v),  # type: ignore[arg-type]
+    "CursorReaper.flush": lambda v: _cursor_reaper().flush(v),  # type: ignore[attr-defined]
 }
 
 COUNTS: dict[str, Callable[[object], object]] = {
@@ -83,8 +88,20 @@ COUNTS: dict[str, Callable[[object], object]] = {
     "Reaper(wake_threshold)": lambda v: _reaper(wake_threshold=v),  # type: ignore[arg-type]
     "Reaper(max_batch)": lambda v: _reaper(max_batch=v),  # type: ignore[arg-type]
     "Reaper(max_retries)": lambda v: _reaper(max_retries=v),  # type: ignore[arg-type]
+    "CursorReaper(max_batch)": lambda v: _cursor_reaper(max_batch=v),
     "VirtualClock.wait_for_sleepers(count)": lambda v: VirtualClock().wait_for_sleepers(v),  # type: ignore[arg-type]
 }
+
+
+def _cursor_reaper(**kwargs: object) -> object:
+    """A CursorReaper on a client that never connects (none of these calls sends a command)."""
+    pymongo = pytest.importorskip("pymongo", reason="integrations.mongo needs pymongo")
+    from integrations.mongo import CursorReaper
+
+    client = pymongo.MongoClient("mongodb://127.0.0.1:1", connect=False)
+    reaper = CursorReaper(client, **kwargs)  # type: ignore[arg-type]
+    _closers.append(lambda: (reaper.close(5), client.close())[0])
+    return reaper
 
 
 def _cancelled() -> CancelToken:
@@ -100,6 +117,8 @@ def _restore() -> Iterator[None]:
     registry.set_exit_timeout(before)
     while _reapers:
         assert _reapers.pop().close(5)
+    while _closers:
+        assert _closers.pop()()
 
 
 @pytest.mark.parametrize(("value", "error"), [
