@@ -35,8 +35,10 @@ thread, in an atomic section:
 
 - ``_try_acquire() -> bool``: take a permit if ``locked()`` is False; never barges. True means
   the caller now holds a permit: if it cannot use it after all, it must ``release()`` it.
-- ``_park(waiter)``: join the line. Permits are handed over with ``waiter.try_wake(True)``; once
-  that returns True the waiter owns one permit and gives it back with ``release()``. If
+- ``_park(waiter)``: join the line (raises `RuntimeError`, changing nothing, if called from
+  another event loop than that of the tasks parked or woken here; see ``_bind``). Permits are
+  handed over with ``waiter.try_wake(True)``; once that returns True the waiter owns one
+  permit and gives it back with ``release()``. If
   ``waiter.resumes_on_loop`` is True (tasks), it is counted as woken until it calls
   ``_resumed()`` (it now holds the permit) or ``_hand_back()`` (it gave up after being woken).
 - ``_leave(waiter) -> bool``: a waiter that gives up leaves the line in O(1). False means it was
