@@ -8,6 +8,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from helpers import loops
+
+# EXECUTORS_TEST_LOOP=uvloop: every loop the tests make through asyncio is uvloop's (helpers/loops).
+loops.install()
+
+
+def pytest_report_header() -> str:
+    return f"event loop: {loops.name()} ({loops.ENV})"
 
 
 class _Collected:

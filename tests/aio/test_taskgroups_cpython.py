@@ -36,9 +36,11 @@ import importlib
 import sys
 import types
 import unittest
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from helpers import loops
 
 from executors.aio.taskgroups import TaskGroup
 
@@ -86,26 +88,36 @@ class _Patched:
             _stdlib.taskgroups, asyncio.TaskGroup = self._saved  # type: ignore[misc]
 
 
-class _EagerPolicy(asyncio.DefaultEventLoopPolicy):
-    """Every new loop gets the 3.12+ eager task factory (IsolatedAsyncioTestCase makes one per
-    test through the policy)."""
+def _eager_loop_factory(
+    make: Callable[[], asyncio.AbstractEventLoop],
+) -> Callable[[], asyncio.AbstractEventLoop]:
+    """A loop factory giving `make`'s loops the 3.12+ eager task factory."""
 
-    def new_event_loop(self) -> asyncio.AbstractEventLoop:
-        loop = super().new_event_loop()
+    def new_event_loop() -> asyncio.AbstractEventLoop:
+        loop = make()
         loop.set_task_factory(asyncio.eager_task_factory)  # type: ignore[attr-defined]
         return loop
+
+    return new_event_loop
 
 
 class _Eager:
     """Mixin: runs each test on a loop with the eager task factory (checklist item 9: a child
-    that completes or fails inside create_task, gh-104144)."""
+    that completes or fails inside create_task, gh-104144).
+
+    IsolatedAsyncioTestCase makes its loop through ``asyncio.events.new_event_loop`` (an
+    ``asyncio.Runner`` without a loop factory), so that function is swapped for the duration of
+    the test: no event loop policy, which Python 3.14 deprecates. The loop is the suite's own
+    (asyncio's, or uvloop's under EXECUTORS_TEST_LOOP=uvloop).
+    """
 
     def run(self, result: Any = None) -> Any:
-        asyncio.set_event_loop_policy(_EagerPolicy())
+        make = asyncio.events.new_event_loop
+        asyncio.events.new_event_loop = _eager_loop_factory(make)
         try:
             return super().run(result)  # type: ignore[misc]
         finally:
-            asyncio.set_event_loop_policy(None)
+            asyncio.events.new_event_loop = make
 
 
 def _make(name: str, *mixins: type) -> type[unittest.TestCase]:
@@ -124,11 +136,8 @@ def _make(name: str, *mixins: type) -> type[unittest.TestCase]:
 TestCPythonTaskGroup = _make("TestCPythonTaskGroup")
 if sys.version_info >= (3, 12):
     TestCPythonTaskGroupEager = _make("TestCPythonTaskGroupEager", _Eager)
-
-
-def tearDownModule() -> None:
-    """The stdlib module resets the event loop policy after its tests; so do we."""
-    asyncio.set_event_loop_policy(None)
+    if (_why := loops.eager_task_factory_unsupported()) is not None:
+        TestCPythonTaskGroupEager = unittest.skip(_why)(TestCPythonTaskGroupEager)
 
 
 def test_suite_size() -> None:
@@ -138,10 +147,12 @@ def test_suite_size() -> None:
 
 
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="eager_task_factory is new in 3.12")
-def test_eager_policy_installs_the_factory() -> None:
-    """The eager run really runs eagerly: loops from the policy carry eager_task_factory."""
-    loop = _EagerPolicy().new_event_loop()
+def test_eager_run_installs_the_factory() -> None:
+    """The eager run really runs eagerly: the loops its tests get carry eager_task_factory, and
+    are the suite's own kind of loop."""
+    loop = _eager_loop_factory(asyncio.new_event_loop)()
     try:
         assert loop.get_task_factory() is asyncio.eager_task_factory  # type: ignore[attr-defined]
+        assert loops.name() in type(loop).__module__
     finally:
         loop.close()

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Coroutine
 from typing import Any
 
 import pytest
+from helpers import loops
 
 __all__ = ("EAGER", "Boom", "MyBaseExc", "finishes_within", "raise_after", "run",
            "run_never_awaited_free",
@@ -26,16 +27,14 @@ def run(coro: Coroutine[Any, Any, Any], *, eager: bool = False) -> Any:
     TypeError from ``create_task`` before any of our code runs), the eager variant is skipped.
     """
 
+    if eager and (why := loops.eager_task_factory_unsupported()) is not None:
+        coro.close()
+        pytest.skip(why)
+
     async def main() -> Any:
         if eager:
-            loop = asyncio.get_running_loop()
-            loop.set_task_factory(asyncio.eager_task_factory)  # type: ignore[attr-defined]
-            try:
-                await loop.create_task(asyncio.sleep(0))
-            except TypeError as exc:
-                coro.close()
-                pytest.skip(f"{type(loop).__module__} cannot run asyncio.eager_task_factory "
-                            f"on this Python ({exc})")
+            factory = asyncio.eager_task_factory  # type: ignore[attr-defined]
+            asyncio.get_running_loop().set_task_factory(factory)
         return await coro
 
     return asyncio.run(main())
