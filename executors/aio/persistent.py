@@ -278,10 +278,15 @@ class PersistentTaskGroup:
                 context.run(_current_group.set, self)
             task = loop.create_task(coro, name=name, context=context)
         self._spawned += 1
-        # Always through the done callback, even for a task that completed eagerly (3.12+):
-        # accounted inline, a BaseException shutting the group down would miss the task that
-        # is creating this one (running eagerly, not yet in `_tasks`), and the group would
-        # never end (CPython gh-128550, fixed so by gh-128588).
+        if task.done() and not task.cancelled() and task.exception() is None:
+            # Succeeded eagerly (3.12+): count it, no done-callback round trip (which doubles
+            # the cost of eager spawning, benchmarks/taskgroups.py).
+            self._succeeded += 1
+            return task
+        # Any other task goes through the done callback, a failed eager one included: accounted
+        # inline, a BaseException shutting the group down would miss the task that is creating
+        # this one (running eagerly, not yet in `_tasks`), and the group would never end (CPython
+        # gh-128550, fixed so by gh-128588); and the handler runs from a callback, as always.
         self._tasks.add(task)
         task.add_done_callback(self._on_task_done)
         return task

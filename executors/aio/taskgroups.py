@@ -47,9 +47,10 @@ class TaskGroup:
         - Finished children are released at once, and the group keeps no reference to the
           raised exceptions after it has raised them.
         - Works under `asyncio.eager_task_factory`, including a child that starts eagerly and
-          creates a sibling that fails at once: the sibling's failure is accounted from its
-          done callback, after the child joined the group, so the child is cancelled too
-          (gh-128550; stdlib 3.12.1 and 3.13.0 hang there).
+          creates a sibling that fails at once: a failure is always accounted from the done
+          callback, after the child joined the group, so the child is cancelled too
+          (gh-128550; stdlib 3.12.1 and 3.13.0 hang there). Only an eager success, which
+          aborts nothing, is accounted at once.
 
     Known limits (interpreter-level, shared with asyncio): a `KeyboardInterrupt` or
     `SystemExit` raised in a child also propagates out of the event loop (gh-102572); a
@@ -220,10 +221,15 @@ class TaskGroup:
             task = loop.create_task(coro, name=name)
         else:
             task = loop.create_task(coro, name=name, context=context)
-        # Always through the done callback, even for an eager task (3.12+) that finished during
-        # create_task: accounted inline, a failure would abort the group while the child that
-        # is creating this task is still running eagerly and not yet in `_tasks`, so nothing
-        # would cancel it and the group would hang (gh-128550, fixed so by gh-128588).
+        if task.done() and not task.cancelled() and task.exception() is None:
+            # An eager task (3.12+) that succeeded during create_task has nothing to account
+            # but its end: skip the done-callback round trip, which doubles the cost of an
+            # eager group (gh-104144; benchmarks/taskgroups.py, eager variant).
+            return task
+        # Any other task goes through the done callback, a failed eager one included:
+        # accounted inline, its failure would abort the group while the child that is creating
+        # it still runs eagerly and is not yet in `_tasks`, so nothing would cancel that child
+        # and the group would hang (gh-128550; CPython fixed it so in gh-128588).
         self._tasks.add(task)
         task.add_done_callback(self._on_task_done)
         return task
