@@ -51,8 +51,10 @@ class JobStatistics:
     """
 
     name: str
-    #: "pending" (service not started), "scheduled", "running", "paused", "failed" (stopped by
-    #: ``on_error="stop"``), "cancelled", or "closed" (the service shut down).
+    #: "pending" (service not started), "scheduled" (also while a due run waits for a pool
+    #: thread), "running" (a run is executing), "paused", "failed" (stopped by
+    #: ``on_error="stop"``), "cancelled", or "closed" (the service shut down; a run that had
+    #: not started by then is dropped).
     state: str
     dedicated: bool
     interval: float
