@@ -135,8 +135,11 @@ def _subinterpreters() -> str | None:
 
 
 @pytest.mark.skipif(_subinterpreters() is None,
-                    reason="no _interpreters.new_config: this Python cannot create a "
-                           "subinterpreter with allow_daemon_threads=False (3.13+)")
+                    reason="no _interpreters.new_config (3.13+) to create a subinterpreter "
+                           "with allow_daemon_threads=False; 3.12's _xxsubinterpreters is not "
+                           "used: after an isolated interpreter's thread waits in "
+                           "SimpleQueue.get(timeout=...), 3.12.1 aborts the process at exit "
+                           "(free(): invalid pointer), reproduced with the stdlib alone")
 def test_real_subinterpreter_without_daemon_threads() -> None:
     """In a real subinterpreter that refuses daemon threads, executors, the service's threads,
     a thread group and a reaper start as non-daemon threads, and ending the subinterpreter
