@@ -46,7 +46,14 @@ def daemon_threads_allowed() -> bool:
 def new_thread(target: Callable[..., object], name: str, args: tuple[object, ...] = ()
                ) -> threading.Thread:
     """A thread running ``target(*args)``: a daemon where allowed, else a non-daemon one."""
-    return Thread(target=target, name=name, args=args, daemon=daemon_threads_allowed())
+    thread = Thread(target=target, name=name, args=args)
+    try:
+        # Through the setter, as PyMongo does: where it refuses (subinterpreters, or PyMongo's
+        # test_open_non_daemon_thread, which makes it raise), the thread stays non-daemon.
+        thread.daemon = daemon_threads_allowed()
+    except RuntimeError:
+        pass
+    return thread
 
 
 def start(thread: threading.Thread) -> None:
@@ -60,7 +67,7 @@ def start(thread: threading.Thread) -> None:
     except RuntimeError as exc:
         if not thread.daemon or _REFUSAL not in str(exc):
             raise
-        thread.daemon = False
+        thread.daemon = False  # the setter refuses daemons only
         thread.start()
     if not thread.daemon:
         registry.stop_before_thread_join()

@@ -55,6 +55,27 @@ def test_start_falls_back_to_a_non_daemon_thread(refusing: list[threading.Thread
     thread.join(5)
 
 
+def test_daemon_setter_refusal_leaves_a_non_daemon_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """PyMongo's test_open_non_daemon_thread, for ours: when setting `Thread.daemon` raises
+    RuntimeError, `open()` still starts the executor, on a non-daemon thread."""
+    def refuse(self: threading.Thread, value: bool) -> None:
+        raise RuntimeError("daemon threads are disabled in this (sub)interpreter")
+
+    getter = threading.Thread.daemon.fget  # type: ignore[attr-defined]
+    monkeypatch.setattr(threading.Thread, "daemon", property(getter, refuse))
+    ran = threading.Event()
+    executor = PeriodicExecutor(interval=60, min_interval=0.01, target=lambda: ran.set() or True)
+    executor.open()
+    thread = executor._thread
+    monkeypatch.undo()
+    try:
+        assert ran.wait(10)
+        assert thread is not None and thread.daemon is False
+    finally:
+        assert executor.close(wait=True, timeout=10)
+
+
 def test_other_start_errors_are_not_retried() -> None:
     """Only the daemon refusal is retried: a thread started twice still raises."""
     thread = _threads.start_thread(lambda: None, "twice")
