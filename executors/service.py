@@ -403,10 +403,9 @@ class BackgroundService:
 
         Args:
             interval: seconds between due times (finite, > 0). 0 is refused: a job due
-                again the moment it ends keeps a core busy (585,919 runs in 2 s of a no-op)
-                and is almost always a typo; continuous work belongs in one `submit`-ted
-                loop. A tiny interval is honoured, and the scheduler still serves wakes and
-                cancels between runs.
+                again the moment it ends keeps a core busy and is almost always a typo;
+                continuous work belongs in one `submit`-ted loop. A tiny interval is
+                honoured, and the scheduler still serves wakes and cancels between runs.
             name: unique within the service (default: the function's qualified name, made
                 unique with a ``#n`` suffix).
             min_interval: the least time between a run's start and an early run caused by
