@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import gc
 import os
 import subprocess
@@ -11,7 +10,6 @@ import textwrap
 import threading
 import time
 import weakref
-from pathlib import Path
 
 import pytest
 from helpers.forking import in_forked_child
@@ -292,28 +290,3 @@ def test_shutdown_of_an_empty_registry_in_a_fresh_interpreter() -> None:
     """)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "ok\n" and proc.stderr == ""
-
-
-def test_registry_imports_the_standard_library_only() -> None:
-    """registry.py imports nothing of ours at run time but `_validate` and `_clock` (both
-    stdlib-only, checked too):
-    every module registers with it, so an arrow back would be a circle (it imported periodic)."""
-    allowed_ours = {"executors._validate", "executors._clock"}
-    for name in ("registry", "_validate", "_clock"):
-        tree = ast.parse(Path(registry.__file__).with_name(f"{name}.py").read_text())
-        imported: set[str] = set()
-        # Every import, in functions too, except those for the type checker only.
-        tree.body = [node for node in tree.body if not (
-            isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")]
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                imported.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    imported.update(f"executors.{alias.name}" if node.module is None
-                                    else f"executors.{node.module}" for alias in node.names)
-                else:
-                    imported.add(node.module or "")
-        for module in imported - {"__future__"}:
-            top = module.split(".")[0]
-            assert module in allowed_ours or top in sys.stdlib_module_names, (name, module)
