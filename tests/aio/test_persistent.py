@@ -20,6 +20,7 @@ from helpers.aio_groups import (
     raise_after,
     run,
     run_never_awaited_free,
+    spawn_failing_sibling,
     until_cancelled,
 )
 from hypothesis import settings
@@ -655,21 +656,16 @@ def test_ptg_eager_task_spawning_a_failing_sibling_does_not_hang(mode: str) -> N
     (accounted inline, the spawner was missed and the group never ended)."""
     stuck: list[asyncio.Task[Any]] = []
 
-    async def dies() -> None:
-        raise MyBaseExc
-
-    async def spawner(group: PersistentTaskGroup) -> None:
-        group.create_task(dies())
-        await asyncio.sleep(3600)
-
     async def in_group() -> list[type[BaseException]]:
         with pytest.raises(BaseExceptionGroup) as info:
             if mode == "async with":
                 async with PersistentTaskGroup() as group:
-                    stuck.append(group.create_task(spawner(group)))
+                    spawner = spawn_failing_sibling(group.create_task, MyBaseExc)
+                    stuck.append(group.create_task(spawner))
             else:
                 group = PersistentTaskGroup()
-                stuck.append(group.create_task(spawner(group)))
+                spawner = spawn_failing_sibling(group.create_task, MyBaseExc)
+                stuck.append(group.create_task(spawner))
                 await group.shutdown(timeout=None)
         return [type(e) for e in info.value.exceptions]
 

@@ -17,6 +17,7 @@ from helpers.aio_groups import (
     raise_after,
     run,
     run_never_awaited_free,
+    spawn_failing_sibling,
 )
 
 from executors.aio import TaskGroup
@@ -227,17 +228,10 @@ def test_eager_child_spawning_a_failing_sibling_does_not_hang() -> None:
     group hung)."""
     stuck: list[asyncio.Task[Any]] = []
 
-    async def fails() -> None:
-        raise Boom
-
-    async def spawner(tg: TaskGroup) -> None:
-        tg.create_task(fails())
-        await asyncio.sleep(3600)
-
     async def group() -> list[type[BaseException]]:
         with pytest.raises(ExceptionGroup) as info:
             async with TaskGroup() as tg:
-                stuck.append(tg.create_task(spawner(tg)))
+                stuck.append(tg.create_task(spawn_failing_sibling(tg.create_task, Boom)))
         return [type(e) for e in info.value.exceptions]
 
     async def main() -> list[type[BaseException]]:

@@ -6,7 +6,7 @@ import asyncio
 import gc
 import sys
 import warnings
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -14,6 +14,7 @@ from helpers import loops
 
 __all__ = ("EAGER", "Boom", "MyBaseExc", "finishes_within", "raise_after", "run",
            "run_never_awaited_free",
+           "spawn_failing_sibling",
            "until_cancelled")
 
 #: The task-factory variants to run a test under: lazy always, eager where it exists (3.12+).
@@ -57,6 +58,19 @@ async def until_cancelled(record: list[bool]) -> None:
     except asyncio.CancelledError:
         record.append(True)
         raise
+
+
+async def spawn_failing_sibling(
+    create_task: Callable[[Coroutine[Any, Any, None]], object], exc: type[BaseException]
+) -> None:
+    """Create a sibling that raises `exc` at once (under the eager factory: inside this call),
+    then wait forever: the scenario of CPython gh-128550."""
+    create_task(_raise(exc))
+    await asyncio.sleep(3600)
+
+
+async def _raise(exc: type[BaseException]) -> None:
+    raise exc()  # before any await: an eager task is already done when create_task returns
 
 
 async def raise_after(delay: float, exc: type[BaseException]) -> None:
