@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from ._portal import Portal as Portal
 from ._portal import PortalStatistics as PortalStatistics
+from ._run_sync import RUN_SYNC_LIMIT as RUN_SYNC_LIMIT
 from ._run_sync import default_limiter as default_limiter
 from ._run_sync import run_sync as run_sync
+from ._run_sync import run_sync_limiter as run_sync_limiter
 from ._shared_channel import BlockingSharedChannel as BlockingSharedChannel
 from ._shared_channel import SharedChannel as SharedChannel
 from ._shared_channel import select_blocking as select_blocking
@@ -48,6 +50,8 @@ __all__ = (
     "BlockingSharedSemaphore",
     "BlockingSharedLock",
     "run_sync",
+    "run_sync_limiter",
+    "RUN_SYNC_LIMIT",
     "default_limiter",
     "SharedChannel",
     "BlockingSharedChannel",

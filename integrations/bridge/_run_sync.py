@@ -11,17 +11,27 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Final, Protocol, TypeVar, TypeVarTuple, Unpack
 
-from executors import CancelToken
+from executors import CancelToken, registry
 from executors._threads import start_thread
 from executors.aio import Semaphore
 
-__all__ = ("run_sync", "default_limiter", "DEFAULT_LIMIT", "Limiter")
+__all__ = (
+    "run_sync",
+    "run_sync_limiter",
+    "RUN_SYNC_LIMIT",
+    "default_limiter",
+    "DEFAULT_LIMIT",
+    "Limiter",
+)
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
 #: Threads one event loop runs `run_sync` calls on at once by default (trio's and anyio's 40).
-DEFAULT_LIMIT: Final = 40
+RUN_SYNC_LIMIT: Final = 40
+#: The former name of `RUN_SYNC_LIMIT` (kept: it was public). Not `executors.aio.DEFAULT_LIMIT`,
+#: which is the former name of the traversal's process-wide `TRAVERSAL_LIMIT`.
+DEFAULT_LIMIT: Final = RUN_SYNC_LIMIT
 #: An idle worker thread exits after this many seconds (anyio prunes after 10 s).
 _IDLE_SECONDS: Final = 10.0
 
@@ -29,7 +39,8 @@ _limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Semaphore] = (
     weakref.WeakKeyDictionary()
 )
 
-Job = Callable[[], None]
+# One call for a worker thread to run (not `executors.Job`, the service's periodic job).
+_Work = Callable[[], None]
 
 
 class Limiter(Protocol):
@@ -49,8 +60,8 @@ class Limiter(Protocol):
     ) -> Awaitable[object]: ...
 
 
-def default_limiter() -> Semaphore:
-    """The running loop's default `run_sync` limiter: a fair `Semaphore(DEFAULT_LIMIT)`.
+def run_sync_limiter() -> Semaphore:
+    """The running loop's default `run_sync` limiter: a fair `Semaphore(RUN_SYNC_LIMIT)`.
 
     One per event loop, so a limiter is never shared across loops. Its value can be read and
     changed (``release()`` adds a slot) like any semaphore's.
@@ -61,23 +72,38 @@ def default_limiter() -> Semaphore:
     loop = asyncio.get_running_loop()
     limiter = _limiters.get(loop)
     if limiter is None:
-        limiter = _limiters[loop] = Semaphore(DEFAULT_LIMIT)
+        limiter = _limiters[loop] = Semaphore(RUN_SYNC_LIMIT)
     return limiter
+
+
+#: The former name of `run_sync_limiter` (kept: it was public). Not `executors.aio`'s
+#: `default_limiter`, the former name of the traversal's process-wide `traversal_limiter`.
+default_limiter = run_sync_limiter
 
 
 class _Workers:
     """Daemon worker threads, reused LIFO (hot ones stay hot), pruned when idle.
 
     Daemon threads never hold up interpreter exit (crewAI#6743: a pool's non-daemon thread
-    did); an idle worker blocks in ``SimpleQueue.get(timeout)``, no polling.
+    did); an idle worker blocks in ``SimpleQueue.get(timeout)``, no polling. Where the
+    interpreter refuses daemon threads (subinterpreters) they are non-daemon, so the registry's
+    exit shutdown ends the idle ones at once (`stop_idle`) and a busy one right after its call,
+    instead of holding up the exit for its idle timeout.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._idle: list[queue.SimpleQueue[Job]] = []
+        self._idle: list[queue.SimpleQueue[_Work | None]] = []
         self._count = 0
 
-    def submit(self, job: Job) -> None:
+    def stop_idle(self, deadline: float = 0.0) -> None:
+        """End every idle worker now (a registry shutdown hook; takes no time)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for inbox in idle:
+            inbox.put(None)
+
+    def submit(self, job: _Work) -> None:
         with self._lock:
             inbox = self._idle.pop() if self._idle else None
             if inbox is None:
@@ -86,11 +112,11 @@ class _Workers:
         if inbox is not None:
             inbox.put(job)
             return
-        inbox = queue.SimpleQueue()
-        inbox.put(job)
-        start_thread(self._work, f"executors-run_sync-{number}", (inbox,))
+        new_inbox: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
+        new_inbox.put(job)
+        start_thread(self._work, f"executors-run_sync-{number}", (new_inbox,))
 
-    def _work(self, inbox: queue.SimpleQueue[Job]) -> None:
+    def _work(self, inbox: queue.SimpleQueue[_Work | None]) -> None:
         while True:
             try:
                 job = inbox.get(timeout=_IDLE_SECONDS)
@@ -100,13 +126,18 @@ class _Workers:
                         self._idle.remove(inbox)
                         return
                 continue  # a submitter took this inbox a moment ago: its job is coming
+            if job is None:  # stop_idle
+                return
             job()
             del job
+            if registry.is_shutting_down():
+                return  # the exit has begun: idling would only hold it up
             with self._lock:
                 self._idle.append(inbox)
 
 
 _workers = _Workers()
+registry.add_shutdown_hook(_workers.stop_idle)
 
 
 def _resolve(future: asyncio.Future[T], ok: bool, value: object) -> None:
@@ -126,7 +157,7 @@ def _job(
     token: CancelToken,
     fn: Callable[..., T],
     args: tuple[object, ...],
-) -> Job:
+) -> _Work:
     def job() -> None:
         try:
             outcome: tuple[bool, object] = (True, context.run(token.run, fn, *args))
@@ -149,7 +180,7 @@ async def run_sync(
 ) -> T:
     """Run the blocking ``fn(*args)`` in a worker thread and await its result.
 
-    - At most `limiter`'s capacity of calls run at once (default: `default_limiter()`, a fair
+    - At most `limiter`'s capacity of calls run at once (default: `run_sync_limiter()`, a fair
       ``Semaphore(40)`` per event loop); the others wait in its FIFO.
     - `fn` runs in a copy of the caller's context (contextvars; changes do not flow back), and
       with a `CancelToken` as `CancelToken.current()`, cancelled when the awaiting task is.
@@ -171,7 +202,7 @@ async def run_sync(
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    slot: Limiter = default_limiter() if limiter is None else limiter
+    slot: Limiter = run_sync_limiter() if limiter is None else limiter
     loop = asyncio.get_running_loop()
     async with slot:
         token = CancelToken()
