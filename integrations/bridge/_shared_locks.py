@@ -1,0 +1,641 @@
+"""SharedSemaphore, SharedBoundedSemaphore and SharedLock: one fair FIFO for threads and tasks.
+
+Shared by plain threads (through ``.blocking``) and tasks of any number of event loops running
+in any threads, with no Portal and no loop round trip: the state lives behind the primitive's own
+short mutex, and a loop is touched only when a parked task must be resumed (through the loop's
+`LoopWaker`: a burst of wake-ups for one loop costs one ``call_soon_threadsafe``).
+
+The model is `executors.aio.Semaphore`'s (Guido van Rossum's restaurant: permits are tables, a
+waiter holds a buzzer), with a thread mutex instead of the loop's atomicity. State, under the
+mutex (``value``: free permits; ``woken``: tasks handed a permit that have not resumed yet)::
+
+    value >= 0 and woken >= 0
+    value > 0  implies  no live waiter is in line      # no idle permit (research bug 1)
+    acquire waits  iff  value == 0                      # so locked() == (value == 0)
+
+- **One strict FIFO, no barging.** A newcomer (thread or task) takes a permit only when one is
+  free, which by the invariant means nobody waits; otherwise it parks at the tail. A release
+  hands its permit straight to the head of the line (the waiter's one-shot claim, made under the
+  mutex, is the linearization point), so grant order is arrival order. Every section that adds a
+  permit (release, a hand-back, a dropped waiter) hands it on while both a permit and a live
+  waiter exist, whoever runs it: a permit never idles while someone waits.
+- **Thread waiters** (`SharedThreadWaiter`) block on a lock of their own: the claim releases it,
+  no loop is involved. A timeout that loses the race with a claim returns True.
+- **Task waiters** (`SharedTaskWaiter`) are resumed on their own loop: directly when the releaser
+  runs on it, else through its waker. A task claimed and then cancelled before it resumes hands
+  its permit on (to the next waiter, or back to the free count). A waiter whose loop is closed
+  is dropped when its turn comes (the claim fails) and the next party is served; a task whose
+  loop closes after its claim was posted hands the permit back when its coroutine is closed
+  (``asyncio.run`` cancels leftover tasks; a loop closed without that closes them when they
+  are collected).
+- **Re-entry** (bpo-14976): ``release()`` may be called from ``__del__``, a weakref callback or a
+  signal handler on a thread that is inside this primitive's mutex at that moment. The mutex is
+  a ``threading.RLock`` only to ask ``_is_owned()``: such a release is *deferred*, appended to a
+  deque that the interrupted section runs right after it leaves the mutex. The permit stays held
+  until then, so FIFO is kept. A blocking or task ``acquire()`` made re-entrantly raises
+  RuntimeError (it would wait on its own thread).
+- **Ctrl-C** in a thread: each section has one commit point. A thread interrupted while parked
+  either gave up (it owns nothing) or was claimed (it hands the permit back) before the
+  exception leaves ``acquire``.
+- **Fork**: in the child, every live shared primitive gets a fresh mutex and drops the waiters
+  of threads and loops that do not exist there (all but the forking thread's running loop's).
+
+Atomic operations relied on (besides the mutex): those of `_shared_waiter` (the claim token's
+``list.pop``, a thread waiter's lock) and `_waker` (``deque.append``/``popleft``), and
+``deque.append``/``popleft`` on the deferred-release deque, which re-entrant callers append to
+without the mutex.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+import types
+import weakref
+from collections import deque
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Final, Literal, Self, TypeVar, final
+
+from executors import _validate
+from executors.aio import LockStatistics, SemaphoreStatistics
+from executors.errors import WouldBlock
+
+from ._shared_waiter import UNSET, SharedTaskWaiter, SharedThreadWaiter, SharedWaiter
+
+__all__ = (
+    "SharedSemaphore",
+    "SharedBoundedSemaphore",
+    "SharedLock",
+    "BlockingSharedSemaphore",
+    "BlockingSharedLock",
+)
+
+_A = TypeVar("_A")
+_COMPACT_MIN: Final = 64
+_GRANTED: Final = True  # the value a permit is handed over as
+
+_live: weakref.WeakSet[_SharedPermits] = weakref.WeakSet()
+
+
+def _check_value(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} value must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{what} value must be >= 0, got {value}")
+    return value
+
+
+def _reentry_error(what: str) -> RuntimeError:
+    return RuntimeError(
+        f"{what} called re-entrantly (from __del__, a weakref callback or a signal handler) on "
+        "a thread that is inside this primitive: it would wait on its own thread. Only "
+        "release() may be called there."
+    )
+
+
+class _SharedPermits:
+    """The machinery of the three classes: permits, one FIFO line, a mutex, deferred ops."""
+
+    __slots__ = (
+        "__weakref__", "_blocking", "_bound", "_deferred", "_left", "_line", "_mutex", "_value",
+        "_woken")
+
+    _blocking: _BlockingSharedPermits
+
+    def _setup(self, value: int, bound: int | None) -> None:
+        self._mutex = threading.RLock()  # an RLock only for _is_owned(): re-entry is detected
+        self._value = value
+        self._woken = 0
+        self._bound = bound
+        self._line: deque[SharedWaiter] = deque()  # arrival order; gone waiters are skipped
+        self._left = 0  # parties that left the line themselves since the last compaction
+        self._deferred: deque[tuple[Callable[[Any], object], object]] = deque()
+        _live.add(self)
+
+    # -- sections (call with the mutex held) -----------------------------------------------
+
+    def _drain_locked(self) -> None:
+        """Hand free permits to the head of the line while both exist (dead waiters skipped)."""
+        line = self._line
+        while self._value and line:
+            waiter = line.popleft()
+            if waiter.claim(_GRANTED):
+                self._value -= 1
+                if waiter.resumes_on_loop:
+                    self._woken += 1
+
+    def _give_locked(self, n: int = 1) -> None:
+        self._value += n
+        if self._line:
+            self._drain_locked()
+
+    def _check_release_locked(self, n: int) -> None:
+        """Raise if releasing `n` permits is an over-release (subclasses); state unchanged."""
+
+    def _leave_locked(self, waiter: SharedWaiter) -> None:
+        """A waiter gives up: leave the line, or hand back what it was handed."""
+        if waiter.abandon() or waiter.value is UNSET:
+            # It owns nothing: it gave up now, or earlier (a thread's timeout), or a claim found
+            # its loop closed and dropped it. Its entry is a tombstone the line skips; compact
+            # once tombstones may outnumber live entries (an overcount only compacts earlier).
+            self._left += 1
+            line = self._line
+            if self._left * 2 > len(line) > _COMPACT_MIN:
+                self._line = deque(w for w in line if w.waiting)
+                self._left = 0
+        else:
+            # Claimed first: it owns a permit it will not use (a task claimed then cancelled
+            # before it resumed, or a thread interrupted after the hand-off). Pass it on.
+            if waiter.resumes_on_loop:
+                self._woken -= 1
+            self._give_locked()
+
+    # -- mutex entry and exit ----------------------------------------------------------------
+
+    def _exit(self) -> None:
+        self._mutex.release()
+        if self._deferred:
+            self._run_deferred()
+
+    def _run_deferred(self) -> None:
+        # Runs right after the section that a re-entrant release interrupted left the mutex
+        # (on that same thread), or by any later section's exit.
+        mutex = self._mutex
+        deferred = self._deferred
+        while deferred and not mutex._is_owned():  # type: ignore[attr-defined]
+            mutex.acquire()
+            try:
+                while deferred:
+                    section, arg = deferred.popleft()
+                    try:
+                        section(arg)
+                    except Exception as exc:  # a deferred over-release: nobody to raise it to
+                        sys.unraisablehook(_unraisable(exc, self))  # type: ignore[arg-type]
+            finally:
+                mutex.release()
+
+    def _locked_or_deferred(self, section: Callable[[_A], object], arg: _A) -> None:
+        """Run ``section(arg)`` under the mutex; if this thread is already inside it (re-entry
+        from a finalizer or signal handler), defer it to the end of the interrupted section."""
+        mutex = self._mutex
+        if mutex._is_owned():  # type: ignore[attr-defined]
+            # A release keeps its permit held until then, so FIFO order is kept; a leave (a
+            # coroutine closed by the garbage collector) leaves or hands back a little later.
+            self._deferred.append((section, arg))
+            return
+        mutex.acquire()
+        try:
+            section(arg)
+        finally:
+            self._exit()
+
+    def _release(self, n: int = 1) -> None:
+        self._locked_or_deferred(self._release_locked, n)
+
+    def _release_locked(self, n: int) -> None:
+        self._check_release_locked(n)
+        self._give_locked(n)
+
+    def _try_take(self, what: str) -> bool:
+        mutex = self._mutex
+        if mutex._is_owned():  # type: ignore[attr-defined]
+            raise _reentry_error(what)
+        mutex.acquire()
+        try:
+            if self._value:
+                self._value -= 1
+                return True
+            return False
+        finally:
+            self._exit()
+
+    # -- task side ---------------------------------------------------------------------------
+
+    async def _acquire_task(self) -> None:
+        mutex = self._mutex
+        if mutex._is_owned():  # type: ignore[attr-defined]
+            raise _reentry_error("acquire()")
+        mutex.acquire()
+        try:
+            if self._value:
+                self._value -= 1
+                return
+            waiter = SharedTaskWaiter()
+            self._line.append(waiter)
+        finally:
+            self._exit()
+        try:
+            await waiter.future
+        except BaseException:
+            # Cancelled (or anything thrown in, GeneratorExit included): leave the line, or
+            # pass on a permit claimed for us before we resumed.
+            self._leave(waiter)
+            raise
+        mutex.acquire()
+        try:
+            self._woken -= 1  # resumed: the permit is ours
+        finally:
+            self._exit()
+
+    def _leave(self, waiter: SharedWaiter) -> None:
+        self._locked_or_deferred(self._leave_locked, waiter)
+
+    async def __aenter__(self) -> None:
+        await self._acquire_task()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._release()
+
+    async def acquire(self) -> Literal[True]:
+        """Take a permit (the lock), waiting in FIFO order behind threads and tasks if none is free.
+
+        Does not yield when a permit is free (then nobody waits).
+
+        Raises:
+            asyncio.CancelledError: cancelled while waiting; it then holds no permit, and a
+                permit handed to it meanwhile goes to the next waiter.
+            RuntimeError: called re-entrantly from a finalizer inside this primitive.
+        """
+        await self._acquire_task()
+        return True
+
+    def acquire_nowait(self) -> None:
+        """Take a permit (the lock) now if one is free (then nobody waits); never yields.
+
+        Raises:
+            executors.WouldBlock: no permit is free. Nothing changed.
+        """
+        if not self._try_take("acquire_nowait()"):
+            raise WouldBlock(
+                f"{type(self).__name__} is locked; await acquire() to wait for a permit in turn")
+
+    # -- thread side -------------------------------------------------------------------------
+
+    def _acquire_thread(self, blocking: bool, timeout: float | None) -> bool:
+        mutex = self._mutex
+        if mutex._is_owned():  # type: ignore[attr-defined]
+            raise _reentry_error("acquire()")
+        taken = False
+        try:
+            mutex.acquire()
+            try:
+                if self._value:
+                    self._value -= 1
+                    taken = True  # the commit point of the fast path
+                    return True
+                if not blocking or timeout == 0:
+                    return False
+                waiter = SharedThreadWaiter()
+                self._line.append(waiter)
+            finally:
+                self._exit()
+        except BaseException:
+            if taken:  # interrupted after taking the permit: the caller never learns of it
+                self._release()
+            raise
+        try:
+            if waiter.wait(timeout):
+                return True
+        except BaseException:
+            # `wait` settled first: the thread either gave up or was handed the permit.
+            self._leave(waiter)
+            raise
+        self._leave(waiter)  # gave up at its timeout: count it for compaction
+        return False
+
+    # -- fork --------------------------------------------------------------------------------
+
+    def _after_fork_in_child(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        # One thread is left: the forking one. Parked threads are gone, and so are the loops
+        # other threads ran; a task of the forking thread's running loop may still resume.
+        self._mutex = threading.RLock()
+        self._line = deque(w for w in self._line if w.waiting
+                           and isinstance(w, SharedTaskWaiter) and w.loop is loop)
+        self._left = 0
+        # Woken tasks of dead loops never resume: their permits are as lost as those held by
+        # the parent's other threads (threading's primitives behave the same).
+        self._woken = 0
+
+    # -- views -------------------------------------------------------------------------------
+
+    def _waiting(self) -> int:
+        return sum(1 for w in list(self._line) if w.waiting)
+
+    def __repr__(self) -> str:
+        res = object.__repr__(self)
+        return f"<{res[1:-1]} [{self._format()}]>"
+
+    def _format(self) -> str:
+        raise NotImplementedError
+
+    def _line_state(self, extra: str) -> str:
+        waiting = self._waiting()
+        if waiting:
+            extra += f", waiters:{waiting}"
+        if self._woken:
+            extra += f", woken:{self._woken}"
+        return extra
+
+
+def _unraisable(exc: BaseException, obj: object) -> object:
+    # The shape sys.unraisablehook expects (what the interpreter passes for a failing __del__).
+    return types.SimpleNamespace(
+        exc_type=type(exc), exc_value=exc, exc_traceback=exc.__traceback__,
+        err_msg="Exception ignored in a deferred release of", object=obj)
+
+
+class SharedSemaphore(_SharedPermits):
+    """A fair counting semaphore shared by plain threads and tasks of any event loop.
+
+    Tasks use it exactly as `executors.aio.Semaphore` (``async with``, ``acquire()``,
+    ``acquire_nowait()``, ``release()``, ``locked()``, ``statistics()``); threads use
+    ``sem.blocking`` (`BlockingSharedSemaphore`: ``threading.Semaphore``'s ``acquire``,
+    ``release`` and ``with``). No Portal is needed. Guarantees (module docstring):
+
+    - One strict FIFO for threads and tasks: a newcomer never takes a permit while anyone waits;
+      permits are granted in arrival order, a release hands its permit to the head directly.
+    - Nothing lost: a task claimed then cancelled before it resumes passes the permit on; a
+      thread whose timeout loses the race with a hand-off gets the permit (True).
+    - An uncontended acquire or release never touches a loop; releasing to a parked thread
+      releases that thread's own lock; to a parked task of another loop posts to that loop's
+      waker (one ``call_soon_threadsafe`` per burst).
+    - ``release()`` is safe from ``__del__``, weakref callbacks and signal handlers.
+
+    Args:
+        value: the initial number of permits (an int >= 0; default 1).
+
+    Raises:
+        TypeError: `value` is not an int.
+        ValueError: `value` is negative.
+
+    Example:
+        >>> import asyncio, threading
+        >>> sem = SharedSemaphore(1)
+        >>> async def task() -> None:
+        ...     async with sem:
+        ...         pass
+        >>> def thread() -> None:
+        ...     with sem.blocking:
+        ...         pass
+        >>> workers = [threading.Thread(target=thread) for _ in range(3)]
+        >>> for t in workers:
+        ...     t.start()
+        >>> asyncio.run(task())
+        >>> for t in workers:
+        ...     t.join()
+        >>> print(sem)  # doctest: +ELLIPSIS
+        <integrations.bridge._shared_locks.SharedSemaphore object at 0x... [unlocked, value:1]>
+    """
+
+    __slots__ = ()
+
+    def __init__(self, value: int = 1) -> None:
+        self._setup(_check_value(value, type(self).__name__), None)
+        self._blocking = BlockingSharedSemaphore(self)
+
+    @property
+    def blocking(self) -> BlockingSharedSemaphore:
+        """The thread-side view: ``threading.Semaphore``'s acquire/release/with."""
+        return self._blocking  # type: ignore[return-value]
+
+    def locked(self) -> bool:
+        """True if ``acquire()`` would wait now: no permit is free (a snapshot)."""
+        return not self._value
+
+    def release(self) -> None:
+        """Return a permit: hand it to the longest waiter (thread or task), or free it.
+
+        Never blocks for long, never yields; safe from finalizers and signal handlers (a call
+        made while this thread is inside the primitive is applied as that section ends).
+        """
+        self._release()
+
+    def statistics(self) -> SemaphoreStatistics:
+        """A frozen snapshot: free value, level, waiting, woken and locked."""
+        value, woken = self._value, self._woken
+        return SemaphoreStatistics(value=value, level=value + woken, waiting=self._waiting(),
+                                   woken=woken, locked=not value)
+
+    def _format(self) -> str:
+        value = self._value
+        return self._line_state(f"unlocked, value:{value}" if value else "locked")
+
+
+@final
+class SharedBoundedSemaphore(SharedSemaphore):
+    """A `SharedSemaphore` that refuses to be released more often than acquired.
+
+    As `executors.aio.BoundedSemaphore`: the permits not held by a resumed task or a thread
+    (free plus handed to woken tasks) never exceed the initial value; an over-release raises
+    ValueError and changes nothing (from either side). An over-release deferred because it was
+    made re-entrantly (see `SharedSemaphore.release`) is reported through
+    ``sys.unraisablehook``.
+
+    Example:
+        >>> sem = SharedBoundedSemaphore(1)
+        >>> sem.blocking.acquire()
+        True
+        >>> sem.release()
+        >>> sem.release()
+        Traceback (most recent call last):
+          ...
+        ValueError: SharedBoundedSemaphore released too many times
+    """
+
+    __slots__ = ()
+
+    def _check_release_locked(self, n: int) -> None:
+        bound = self._bound
+        assert bound is not None
+        if self._value + self._woken + n > bound:
+            raise ValueError(f"{type(self).__name__} released too many times")
+
+    def __init__(self, value: int = 1) -> None:
+        super().__init__(value)
+        self._bound = self._value
+
+
+@final
+class SharedLock(_SharedPermits):
+    """A fair mutual-exclusion lock shared by plain threads and tasks of any event loop.
+
+    Tasks use it as `executors.aio.Lock` (``async with``, ``acquire()``, ``acquire_nowait()``,
+    ``release()``, ``locked()``, ``statistics()``); threads use ``lock.blocking``
+    (`BlockingSharedLock`: ``threading.Lock``'s API). Not owned (any party may release it). FIFO
+    with direct hand-off, shared by threads and tasks; the guarantees of `SharedSemaphore`.
+
+    Example:
+        >>> lock = SharedLock()
+        >>> with lock.blocking:
+        ...     print(lock.locked())
+        True
+        >>> print(lock)  # doctest: +ELLIPSIS
+        <integrations.bridge._shared_locks.SharedLock object at 0x... [unlocked]>
+    """
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        self._setup(1, 1)
+        self._blocking = BlockingSharedLock(self)
+
+    @property
+    def blocking(self) -> BlockingSharedLock:
+        """The thread-side view: ``threading.Lock``'s acquire/release/locked/with."""
+        return self._blocking  # type: ignore[return-value]
+
+    def _check_release_locked(self, n: int) -> None:
+        if self._value or self._woken:
+            raise RuntimeError("Lock is not acquired.")
+
+    def locked(self) -> bool:
+        """True while the lock is held, or handed to a task that has not resumed yet."""
+        return not self._value
+
+    def release(self) -> None:
+        """Release the lock, handing it to the longest waiter (thread or task) if any.
+
+        Raises:
+            RuntimeError: the lock is not acquired (a re-entrant call is checked when it is
+                applied and reported through ``sys.unraisablehook``).
+        """
+        self._release()
+
+    def statistics(self) -> LockStatistics:
+        """A frozen snapshot: locked, waiting and woken."""
+        return LockStatistics(locked=not self._value, waiting=self._waiting(),
+                              woken=self._woken)
+
+    def _format(self) -> str:
+        return self._line_state("locked" if not self._value else "unlocked")
+
+
+# -- thread-side views ---------------------------------------------------------------------
+
+
+class _BlockingSharedPermits:
+    __slots__ = ("__weakref__", "_permits")
+
+    def __init__(self, permits: _SharedPermits) -> None:
+        self._permits = permits
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        """Take a permit; True if taken (``threading.Semaphore.acquire`` semantics, FIFO).
+
+        Blocking, the thread joins the primitive's one FIFO behind every waiting thread and
+        task and blocks on its own lock (no CPU, no loop). With `timeout` it gives up after that
+        many seconds and returns False; a permit handed over at the same moment is kept (True).
+        Non-blocking (``blocking=False`` or ``timeout=0``) it takes a permit only if one is free
+        (then nobody waits). A timeout above ``threading.TIMEOUT_MAX`` waits without limit.
+
+        Raises:
+            ValueError: a timeout with ``blocking=False`` (as threading), or a negative one.
+            TypeError: `timeout` is not a number.
+            RuntimeError: called re-entrantly (from a finalizer or signal handler) on a thread
+                that is inside this primitive.
+        """
+        if not blocking and timeout is not None:
+            raise ValueError("can't specify a timeout for a non-blocking call")
+        seconds = _validate.timeout(timeout)
+        if seconds is not None and seconds > threading.TIMEOUT_MAX:
+            seconds = None
+        return self._permits._acquire_thread(blocking, seconds)
+
+    def locked(self) -> bool:
+        """True if an acquire would wait now (a snapshot)."""
+        return not self._permits._value
+
+    def __enter__(self) -> Self:
+        self._permits._acquire_thread(True, None)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._permits._release()
+
+    def __repr__(self) -> str:
+        state = "locked" if not self._permits._value else "unlocked"
+        return f"<{state} {type(self).__name__} object at {id(self):#x} of {self._permits!r}>"
+
+
+@final
+class BlockingSharedSemaphore(_BlockingSharedPermits):
+    """The thread side of a `SharedSemaphore` (``sem.blocking``): ``threading.Semaphore``'s API.
+
+    Example:
+        >>> sem = SharedSemaphore(2)
+        >>> with sem.blocking:
+        ...     print(sem.blocking.acquire(timeout=0.01), sem.blocking.acquire(blocking=False))
+        True False
+    """
+
+    __slots__ = ()
+
+    def release(self, n: int = 1) -> None:
+        """Return `n` permits, handing them to the longest waiters (threads or tasks).
+
+        Raises:
+            ValueError: `n` < 1, or a `SharedBoundedSemaphore` released too many times.
+        """
+        n = _validate.count(n, "n")
+        self._permits._release(n)
+
+
+@final
+class BlockingSharedLock(_BlockingSharedPermits):
+    """The thread side of a `SharedLock` (``lock.blocking``): ``threading.Lock``'s API.
+
+    Example:
+        >>> lock = SharedLock()
+        >>> print(lock.blocking.acquire(), lock.blocking.acquire(blocking=False))
+        True False
+        >>> lock.blocking.release()
+    """
+
+    __slots__ = ()
+
+    def release(self) -> None:
+        """Release the lock, handing it to the longest waiter (thread or task).
+
+        Raises:
+            RuntimeError: the lock is not acquired.
+        """
+        self._permits._release()
+
+
+# -- fork ----------------------------------------------------------------------------------
+
+
+_forking_loop: list[asyncio.AbstractEventLoop | None] = [None]
+
+
+def _before_fork() -> None:
+    # Read before the fork: on 3.12+ asyncio's own after-fork hook forgets the running loop.
+    _forking_loop[0] = asyncio._get_running_loop()
+
+
+def _after_fork_in_parent() -> None:
+    _forking_loop[0] = None
+
+
+def _after_fork_in_child() -> None:
+    loop, _forking_loop[0] = _forking_loop[0], None
+    for permits in list(_live):
+        permits._after_fork_in_child(loop)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
