@@ -86,6 +86,10 @@ class Portal(PortalCore):
     - Shutdown never hangs a caller: a call, blocked view or task future pending when the portal
       closes fails with `ShutdownError` (its task is cancelled and its queue entry removed), as
       does anything submitted afterwards, including while the loop is stopping.
+    - After ``os.fork()`` an open portal is closed in the child (the child has no loop
+      thread): its calls and views fail with `ShutdownError` there, and a new ``Portal()``
+      works. Threads that were parked through its views at fork time do not exist in the child:
+      the aio primitives they waited on skip them and serve the child's own parties.
 
     Args:
         loop: attach to this running loop (it must run in another thread) instead of starting

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -25,6 +26,19 @@ _ABANDONED: Final = 3  # the thread gave up first (timeout, Ctrl-C): it owns not
 
 _STATES: Final = ("waiting", "woken", "failed", "abandoned")
 
+# The process generation: bumped in a forked child. A ThreadWaiter made before the fork belongs
+# to a thread the child does not have: the primitives it is parked in (loop-only ones used
+# through a Portal view) must skip it, or a permit or value handed to it there is lost for good.
+_generation: list[int] = [0]
+
+
+def _forked() -> None:
+    _generation[0] += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
 
 @final
 class ThreadWaiter(Waiter):
@@ -37,6 +51,10 @@ class ThreadWaiter(Waiter):
     hand-off racing a timeout is decided in one place: if `try_wake` won, the thread takes the
     value even though its timeout expired; if `try_abandon` won, the primitive sees `try_wake`
     return False and passes the value to the next waiter. Nothing is lost or duplicated.
+
+    After ``fork()``, in the child, a waiter made before the fork is dead (its thread is gone):
+    `try_wake`, `try_fail` and `try_abandon` return False and `waiting` is False, so a FIFO
+    that still holds it skips it and serves the next party.
 
     `resumes_on_loop` is False: a thread does not resume on the loop, so `try_wake` returning
     True completes the hand-off (no "woken, not resumed" state as for tasks).
@@ -51,7 +69,7 @@ class ThreadWaiter(Waiter):
     `try_fail` won (leave the primitive's queue, cancel the task).
     """
 
-    __slots__ = ("_done", "_state", "_value", "abort", "mutex")
+    __slots__ = ("_done", "_generation", "_state", "_value", "abort", "mutex")
 
     resumes_on_loop: ClassVar[bool] = False
 
@@ -62,9 +80,17 @@ class ThreadWaiter(Waiter):
         self._state = _WAITING
         self._value: object = None
         self.abort: Callable[[], object] | None = None
+        self._generation = _generation[0]
+
+    def _dead(self) -> bool:
+        # Parked before a fork, seen in the child: its thread does not exist here. Checked
+        # before taking `mutex`, which the parent's loop thread may have held at the fork.
+        return self._generation != _generation[0]
 
     def try_wake(self, value: object) -> bool:
         """Hand `value` to the thread if it still waits; True if it took it. Never blocks long."""
+        if self._dead():
+            return False
         with self.mutex:
             if self._state != _WAITING:
                 return False
@@ -75,6 +101,8 @@ class ThreadWaiter(Waiter):
 
     def try_fail(self, error: BaseException) -> bool:
         """Make the thread raise `error` if it still waits; True if that happened."""
+        if self._dead():
+            return False
         with self.mutex:
             if self._state != _WAITING:
                 return False
@@ -85,6 +113,8 @@ class ThreadWaiter(Waiter):
 
     def try_abandon(self) -> bool:
         """The thread gives up; True if nothing was handed to it (it owns nothing)."""
+        if self._dead():
+            return False
         with self.mutex:
             if self._state != _WAITING:
                 return False
@@ -93,7 +123,7 @@ class ThreadWaiter(Waiter):
 
     @property
     def waiting(self) -> bool:
-        return self._state == _WAITING
+        return self._state == _WAITING and not self._dead()
 
     @property
     def woken(self) -> bool:
