@@ -1,0 +1,239 @@
+"""The bridge's shared permits and its wake-up costs, for `benchmarks.bridge`.
+
+`metrics(quick, portal)` returns the metrics `benchmarks.bridge` adds to its list:
+
+- **shared semaphore contention**: 4 threads and 4 tasks (tasks on the portal's loop, holding
+  the permit across one ``sleep(0)``) take turns on a semaphore of 2 permits: ours
+  (`SharedSemaphore`, one strict FIFO for threads and tasks, no loop round trip for threads),
+  aiologic's ``Semaphore``, and the floor: a bare ``threading.Lock``-guarded counter with a FIFO
+  of direct hand-offs (a thread's own lock, or one ``call_soon_threadsafe`` per task), with no
+  bookkeeping for cancellation, timeouts, re-entry or closed loops. The gap between ours and the
+  floor is what those guarantees cost.
+- **loop lag under thread contention**: the p99 delay of a ``call_soon`` callback on a loop whose
+  4 tasks contend with 4 threads on 2 permits: ours (`SharedSemaphore`), culsans (a queue of 2
+  tokens: get = acquire, put = release) and aiologic. A primitive whose mutex the loop thread
+  blocks on shows here.
+- **wake-ups per call**: for ``Portal.call`` and ``asyncio.run_coroutine_threadsafe`` on the same
+  loop, the loop's self-pipe writes per call (each is a cross-thread wake-up of the loop) and the
+  caller thread's voluntary context switches per call (each is one time it blocked and was woken
+  by another thread), from ``getrusage(RUSAGE_THREAD)``. The round trip itself is measured by
+  `benchmarks.bridge`'s "thread->loop round trip".
+
+Used as ``metrics.extend(_bridge_permits.metrics(quick, _portal))``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiologic
+import culsans
+
+from benchmarks._harness import OURS, Metric
+from executors import ThreadGroup
+from integrations.bridge import Portal, SharedSemaphore
+
+__all__ = (
+    "metrics",
+    "contention",
+    "loop_lag",
+    "wakeups_per_call",
+    "FloorSemaphore",
+)
+
+Sample = Callable[[], float]
+THREADS, TASKS, PERMITS = 4, 4, 2
+
+
+class FloorSemaphore:
+    """The floor: a Lock-guarded counter and a FIFO of direct hand-offs, nothing else.
+
+    No cancellation or timeout handling, no re-entry, no closed-loop handling, no batching of
+    loop wake-ups (one ``call_soon_threadsafe`` per task hand-off, as aiologic). Strict FIFO.
+    """
+
+    def __init__(self, value: int) -> None:
+        self._mutex = threading.Lock()
+        self._value = value
+        self._line: deque[Any] = deque()
+
+    def acquire_thread(self) -> None:
+        with self._mutex:
+            if self._value:
+                self._value -= 1
+                return
+            parked = threading.Lock()
+            parked.acquire()
+            self._line.append(parked)
+        parked.acquire()
+
+    async def acquire_task(self) -> None:
+        with self._mutex:
+            if self._value:
+                self._value -= 1
+                return
+            fut = asyncio.get_running_loop().create_future()
+            self._line.append(fut)
+        await fut
+
+    def release(self) -> None:
+        with self._mutex:
+            if not self._line:
+                self._value += 1
+                return
+            head = self._line.popleft()
+        if isinstance(head, asyncio.Future):
+            loop = head.get_loop()
+            if asyncio._get_running_loop() is loop:
+                head.set_result(None)
+            else:
+                loop.call_soon_threadsafe(head.set_result, None)
+        else:
+            head.release()
+
+
+def _primitive(kind: str) -> tuple[Callable[[], None], Callable[[], Awaitable[None]],
+                                   Callable[[], None]]:
+    """(thread acquire, task acquire, release) of a fresh primitive of `kind`."""
+    if kind == "ours":
+        sem = SharedSemaphore(PERMITS)
+        return sem.blocking.acquire, sem.acquire, sem.release
+    if kind == "aiologic":
+        peer = aiologic.Semaphore(PERMITS)
+        return peer.green_acquire, peer.async_acquire, peer.release
+    if kind == "culsans":
+        queue: Any = culsans.Queue(PERMITS)
+        for _ in range(PERMITS):
+            queue.sync_q.put_nowait(None)
+        return queue.sync_q.get, queue.async_q.get, lambda: queue.sync_q.put_nowait(None)
+    floor = FloorSemaphore(PERMITS)
+    return floor.acquire_thread, floor.acquire_task, floor.release
+
+
+def _run_contention(
+    portal: Portal, kind: str, iters: int, probe: Callable[[], Awaitable[float]] | None = None,
+) -> tuple[float, float]:
+    """4 threads + 4 tasks, `iters` acquisitions each: (acquisitions/s, probe's result)."""
+    acquire_thread, acquire_task, release = _primitive(kind)
+
+    async def task() -> None:
+        for _ in range(iters):
+            await acquire_task()
+            try:
+                await asyncio.sleep(0)
+            finally:
+                release()
+
+    def thread() -> None:
+        for _ in range(iters):
+            acquire_thread()
+            release()
+
+    async def tasks() -> float:
+        work = asyncio.gather(*(task() for _ in range(TASKS)))
+        result = await probe() if probe is not None else 0.0
+        await work
+        return result
+
+    start = time.perf_counter()
+    with ThreadGroup() as group:
+        future = portal.start_task_soon(tasks)
+        for _ in range(THREADS):
+            group.start(thread)
+    probed = future.result()
+    return (THREADS + TASKS) * iters / (time.perf_counter() - start), probed
+
+
+def contention(portal: Callable[[], Portal], kind: str, iters: int) -> Sample:
+    """Acquisitions/s of 4 threads + 4 tasks on 2 permits of `kind` (ours, aiologic, floor)."""
+    return lambda: _run_contention(portal(), kind, iters)[0]
+
+
+def loop_lag(portal: Callable[[], Portal], kind: str, iters: int) -> Sample:
+    """p99 delay (us) of a ``call_soon`` callback on the loop while its tasks contend."""
+    async def probe() -> float:
+        loop = asyncio.get_running_loop()
+        delays: list[float] = []
+        done = loop.create_future()
+        count = iters
+
+        def tick(scheduled: float) -> None:
+            delays.append(time.perf_counter() - scheduled)
+            if len(delays) < count:
+                loop.call_soon(tick, time.perf_counter())
+            elif not done.done():
+                done.set_result(None)
+
+        loop.call_soon(tick, time.perf_counter())
+        await done
+        delays.sort()
+        return delays[int(len(delays) * 0.99) - 1] * 1e6
+
+    return lambda: _run_contention(portal(), kind, iters, probe)[1]
+
+
+def wakeups_per_call(portal: Callable[[], Portal], how: str, what: str, n: int) -> Sample:
+    """Per call of `how` ("portal" or "rcts"): loop self-pipe writes (`what` = "loop") or caller
+    voluntary context switches (`what` = "caller")."""
+    async def noop() -> None:
+        pass
+
+    def sample() -> float:
+        p = portal()
+        loop = p.loop
+        writes = [0]
+        original = getattr(loop, "_write_to_self", None)
+        if original is None:
+            return float("nan")  # not a selector loop: no self-pipe to count
+
+        def counting() -> None:
+            writes[0] += 1
+            original()
+
+        loop._write_to_self = counting  # type: ignore[attr-defined]
+        try:
+            before = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
+            for _ in range(n):
+                if how == "portal":
+                    p.call(noop)
+                else:
+                    asyncio.run_coroutine_threadsafe(noop(), loop).result()
+            switches = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw - before
+        finally:
+            del loop._write_to_self  # type: ignore[attr-defined]
+        return (writes[0] if what == "loop" else switches) / n
+
+    return sample
+
+
+def metrics(quick: bool, portal: Callable[[], Portal]) -> list[Metric]:
+    iters = 200 if quick else 2_000
+    calls = 300 if quick else 3_000
+    return [
+        Metric("shared semaphore: 4 threads + 4 tasks", "acquisitions/s", "higher", {
+            OURS: contention(portal, "ours", iters),
+            "aiologic": contention(portal, "aiologic", iters),
+            "floor": contention(portal, "floor", iters),
+        }, floor="floor", note=f"{THREADS} threads + {TASKS} tasks on {PERMITS} permits; ours: "
+           "SharedSemaphore, strict FIFO; floor: Lock-guarded counter + direct hand-off"),
+        Metric("loop lag under thread contention (p99)", "us", "lower", {
+            OURS: loop_lag(portal, "ours", iters),
+            "culsans": loop_lag(portal, "culsans", iters),
+            "aiologic": loop_lag(portal, "aiologic", iters),
+        }, note="call_soon delay on a loop whose 4 tasks contend with 4 threads on 2 permits; "
+           "culsans: a queue of 2 tokens"),
+        Metric("loop wake-ups per thread->loop call", "writes/call", "lower", {
+            OURS: wakeups_per_call(portal, "portal", "loop", calls),
+            "run_coroutine_threadsafe": wakeups_per_call(portal, "rcts", "loop", calls),
+        }, note="self-pipe writes per call (same loop)"),
+        Metric("caller blocks per thread->loop call", "switches/call", "lower", {
+            OURS: wakeups_per_call(portal, "portal", "caller", calls),
+            "run_coroutine_threadsafe": wakeups_per_call(portal, "rcts", "caller", calls),
+        }, note="voluntary context switches of the calling thread per call (same loop)"),
+    ]
