@@ -133,7 +133,7 @@ class _SharedPermits:
             self._drain_locked()
 
     def _check_release_locked(self, n: int) -> None:
-        """Raise if releasing `n` permits is an over-release (subclasses); state unchanged."""
+        """Raise if releasing `n` permits is an over-release (classes with a bound); no change."""
 
     def _leave_locked(self, waiter: SharedWaiter) -> None:
         """A waiter gives up: leave the line, or hand back what it was handed."""
@@ -193,10 +193,27 @@ class _SharedPermits:
             self._exit()
 
     def _release(self, n: int = 1) -> None:
-        self._locked_or_deferred(self._release_locked, n)
+        # _locked_or_deferred(_release_locked, n) inlined: the hot path of every hand-off.
+        mutex = self._mutex
+        if mutex._is_owned():  # type: ignore[attr-defined]
+            self._deferred.append((self._release_locked, n))  # see _locked_or_deferred
+            return
+        mutex.acquire()
+        try:
+            if self._bound is not None:
+                self._check_release_locked(n)
+            self._value += n
+            if self._line:
+                self._drain_locked()
+        finally:
+            mutex.release()
+            if self._deferred:
+                self._run_deferred()
 
     def _release_locked(self, n: int) -> None:
-        self._check_release_locked(n)
+        # Keep in step with _release.
+        if self._bound is not None:
+            self._check_release_locked(n)
         self._give_locked(n)
 
     def _try_take(self, what: str) -> bool:
@@ -296,7 +313,9 @@ class _SharedPermits:
                 waiter = SharedThreadWaiter()
                 self._line.append(waiter)
             finally:
-                self._exit()
+                mutex.release()  # _exit() inlined
+                if self._deferred:
+                    self._run_deferred()
         except BaseException:
             if taken:  # interrupted after taking the permit: the caller never learns of it
                 self._release()
@@ -542,7 +561,9 @@ class _BlockingSharedPermits:
             RuntimeError: called re-entrantly (from a finalizer or signal handler) on a thread
                 that is inside this primitive.
         """
-        if not blocking and timeout is not None:
+        if timeout is None:
+            return self._permits._acquire_thread(blocking, None)
+        if not blocking:
             raise ValueError("can't specify a timeout for a non-blocking call")
         seconds = _validate.timeout(timeout)
         if seconds is not None and seconds > threading.TIMEOUT_MAX:
