@@ -1,0 +1,148 @@
+"""The store protocol of `executors.aio.traversal` and the values it exchanges.
+
+What a `Store` must provide (`Store.begin`, the reads of a `Transaction`), what it returns
+(`Entry`, `Kind`), what a visitor receives (`Visit`), the unit of a resumable cursor
+(`CursorEntry`) and a traversal's counters (`TraversalStatistics`). The engine that drives a
+store (`Traversal`) is in `executors.aio.traversal`, which re-exports all of these: import them
+from there or from `executors.aio`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Literal, Protocol, runtime_checkable
+
+__all__ = (
+    "Kind",
+    "Entry",
+    "Transaction",
+    "Store",
+    "Visit",
+    "CursorEntry",
+    "TraversalStatistics",
+    "Mode",
+    "Visitor",
+)
+
+#: The order a traversal visits in (see `executors.aio.traversal.Traversal`).
+Mode = Literal["strict", "relaxed", "any"]
+
+
+class Kind(enum.Enum):
+    """What a node is: a file (a leaf) or a directory (has children)."""
+
+    FILE = "file"
+    DIR = "dir"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Entry:
+    """A node as read in one transaction: its name in its parent, its store key and kind.
+
+    `key` is the store's identity of the node (an inode number, a key prefix); it is only
+    meaningful inside the transaction that read it: a node may move or vanish in between.
+    """
+
+    name: str
+    key: object
+    kind: Kind
+
+
+@runtime_checkable
+class Transaction(Protocol):
+    """One time-bounded transaction of a `Store`: everything read in it is one snapshot.
+
+    Reads may be issued concurrently (the engine does), and complete in any order. A store
+    that cannot serve a read any more (the transaction expired, a conflict, a lost
+    connection) raises `executors.errors.TransactionRetry` (or `TransactionExpired`), and the
+    engine retries from its last committed cursor; any other exception ends the traversal.
+    """
+
+    async def root(self) -> Entry:
+        """Read the root directory (its name is ``""``)."""
+        ...
+
+    async def lookup(self, parent: object, name: str) -> Entry | None:
+        """Read the child `name` of directory `parent` (a key), or None if there is none."""
+        ...
+
+    async def list(self, parent: object, kind: Kind, after: str | None,
+                   limit: int) -> Sequence[Entry]:
+        """Read at most `limit` children of `parent` of `kind` with name > `after`, by name."""
+        ...
+
+    async def commit(self) -> None:
+        """Make the transaction's writes durable; raise TransactionRetry if that failed."""
+        ...
+
+    async def rollback(self) -> None:
+        """Abandon the transaction; never raises for a transaction that already failed."""
+        ...
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Something that begins `Transaction`s; `budget` is the transaction's time budget (s)."""
+
+    async def begin(self, *, budget: float) -> Transaction:
+        """Begin a transaction that the store may expire after `budget` seconds."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Visit:
+    """What the visitor is called with: a path, the node there (None: nothing there now), and
+    the transaction in which the path's every ancestor was read (write through it to make the
+    visit's effects commit with the traversal's cursor)."""
+
+    path: tuple[str, ...]
+    node: Entry | None
+    transaction: Transaction
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CursorEntry:
+    """One pending piece of work: list `phase` children of the directory at `path` after
+    `after`; `entered` says whether the directory itself was visited already."""
+
+    path: tuple[str, ...]
+    phase: Kind
+    after: str | None
+    entered: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TraversalStatistics:
+    """Counters of a `Traversal` (committed work and the overheads of batching).
+
+    `redo_ratio` is (reads issued - reads whose results were committed) / reads committed:
+    the reads spent re-establishing the cursor in a new transaction, prefetched but not used
+    before a commit, or lost with a failed transaction, per useful read.
+    """
+
+    mode: str
+    done: bool
+    transactions: int
+    commits: int
+    retries: int
+    expirations: int
+    visits: int
+    redone_visits: int
+    reads: int
+    useful_reads: int
+    resume_reads: int
+    wasted_reads: int
+    max_in_flight: int
+    cursor_size: int
+    max_cursor_size: int
+    elapsed: float
+
+    @property
+    def redo_ratio(self) -> float:
+        return (self.reads - self.useful_reads) / self.useful_reads if self.useful_reads else 0.0
+
+
+#: What a traversal calls per node: a function of a `Visit`, sync or async.
+Visitor = Callable[[Visit], "Awaitable[None] | None"]
