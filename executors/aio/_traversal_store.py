@@ -2,9 +2,10 @@
 
 What a `Store` must provide (`Store.begin`, the reads of a `Transaction`), what it returns
 (`Entry`, `Kind`), what a visitor receives (`Visit`), the unit of a resumable cursor
-(`CursorEntry`) and a traversal's counters (`TraversalStatistics`). The engine that drives a
-store (`Traversal`) is in `executors.aio.traversal`, which re-exports all of these: import them
-from there or from `executors.aio`.
+(`CursorEntry`) and a traversal's counters (`TraversalStatistics`); also the types `Mode` and
+`Visitor` of the engine's signatures (not exported). The engine that drives a store
+(`Traversal`) is in `executors.aio.traversal`, which re-exports the names of `__all__`: import
+them from there or from `executors.aio`.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ __all__ = (
     "Visit",
     "CursorEntry",
     "TraversalStatistics",
-    "Mode",
-    "Visitor",
 )
 
 #: The order a traversal visits in (see `executors.aio.traversal.Traversal`).
