@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from executors import _cli
-from executors._cli import _bench_report, _demo_app
+from executors._cli import _bench_report, _demo_app, _demo_server
 from executors._cli import bench as _bench
 from executors.testing import wait_until
 
@@ -411,7 +411,7 @@ def test_demo_uses_a_given_uri_and_drops_its_database() -> None:
     embedded server, reports no leaks, and leaves no executors_demo database behind."""
     import pymongo
 
-    DATABASE, EmbeddedServer = _demo_app.DATABASE, _demo_app.EmbeddedServer
+    DATABASE, EmbeddedServer = _demo_app.DATABASE, _demo_server.EmbeddedServer
 
     with EmbeddedServer() as server:
         cmd = [sys.executable, "-m", "executors", "demo", "--plain", "--seconds", "2",

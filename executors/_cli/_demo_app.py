@@ -8,7 +8,8 @@ fair semaphore, shared through the bridge, caps concurrent database work for the
 an asyncio task together; a channel hands every result to an asyncio consumer; a
 `BackgroundService` runs the periodic jobs, among them a server monitor that holds its owner only
 weakly. The run ends after a fixed time or on Ctrl-C, and a report says what happened, leaks
-first. Only the command (`executors._cli.demo`) imports this module.
+first (`_demo_report`). The server, given or embedded, comes from `_demo_server`. Only the
+command (`executors._cli.demo`) imports this module.
 """
 
 from __future__ import annotations
@@ -17,24 +18,15 @@ import contextlib
 import dataclasses
 import gc
 import random
-import re
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
-import textwrap
 import threading
 import time
 import weakref
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, TextIO, final
 
 import pymongo
-from pymongo import monitoring, uri_parser
-from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
+from pymongo import monitoring
 
 from executors import BackgroundService, CancelToken, ThreadGroup, _validate, registry
 from executors.aio import Channel, Semaphore
@@ -42,7 +34,11 @@ from executors.errors import ChannelClosed
 from integrations.bridge import Portal
 from integrations.mongo import CursorReaper
 
-__all__ = ("DemoConfig", "DemoReport", "EmbeddedServer", "check_uri", "run_demo")
+from ._demo_report import DemoReport
+from ._demo_server import check_uri, server
+
+# `DemoReport` and `check_uri` are re-exported: the command reaches the demo through this module.
+__all__ = ("DemoConfig", "DemoReport", "check_uri", "run_demo")
 
 DATABASE = "executors_demo"
 COLLECTION = "items"
@@ -68,229 +64,6 @@ class DemoConfig:
             _validate.count(getattr(self, name), name)
         if not 0 <= self.abandon_rate <= 1:  # NaN fails both comparisons: refused too
             raise ValueError(f"abandon_rate must be within [0, 1], got {self.abandon_rate!r}")
-
-
-#: Columns of the report: it wraps there, continuation lines indented under their entry.
-REPORT_WIDTH = 92
-
-
-@final
-@dataclasses.dataclass(frozen=True)
-class DemoReport:
-    """What happened during a run. `leaks` must be 0."""
-
-    server: str
-    seconds: float
-    interrupted: bool
-    requests: int
-    documents_read: int
-    results_consumed: int
-    cursors_opened: int
-    cursors_abandoned: int
-    cursors_killed: int
-    cursors_not_found: int
-    kill_commands: int
-    leaked_cursors: int
-    leaked_threads: tuple[str, ...]
-    db_acquisitions_threads: int
-    db_acquisitions_tasks: int
-    db_waits: int
-    db_slots: int
-    db_peak: int
-    db_wait_p50_ms: float
-    db_wait_p99_ms: float
-    executors: int
-    executor_runs: int
-    executor_wakeups: int
-    monitor_checks: int
-    service_jobs: int
-    shutdown_seconds: float
-    errors: tuple[str, ...]
-    #: The names of the executor threads counted in `executors`, `executor_runs` and
-    #: `executor_wakeups`.
-    executor_names: tuple[str, ...] = ()
-
-    @property
-    def leaks(self) -> int:
-        """Cursors never confirmed killed, plus threads left running after shutdown."""
-        return self.leaked_cursors + len(self.leaked_threads)
-
-    def render(self) -> str:
-        """The report as the command prints it: each entry says what its numbers count.
-
-        A newcomer asked what "leaks 0" counted, why fewer killCursors replies than killed
-        cursors and why fewer wake-ups than runs (issue 17): the entries answer in words.
-        """
-        polling = 2.0 * self.executors * self.seconds  # PyMongo's executors wake every 0.5 s
-        rate = self.requests / self.seconds if self.seconds else 0.0
-        leaked = ""
-        if self.leaks:
-            threads = ", ".join(self.leaked_threads) or "none"
-            leaked = f" ({self.leaked_cursors} cursor(s); threads: {threads})"
-        names = f" ({', '.join(self.executor_names)})" if self.executor_names else ""
-        entries = [
-            ("leaks", (f"{self.leaks}{leaked}. Abandoned cursors the server never confirmed "
-             "killed, plus threads still running after shutdown; anything but 0 is a bug "
-             "and makes the command exit with status 1.")),
-            ("requests", (f"{self.requests:,} served ({rate:,.0f} a second) by the worker "
-             f"threads, reading {self.documents_read:,} documents; the asyncio task received "
-             f"{self.results_consumed:,} results through the channel.")),
-            ("cursors", (f"{self.cursors_opened:,} opened on the server; "
-             f"{self.cursors_abandoned:,} abandoned mid-iteration (the request was dropped "
-             f"with its cursor still open) and {self.cursors_killed:,} of them killed by the "
-             "CursorReaper, each kill confirmed in the server's reply; "
-             f"{self.cursors_not_found:,} were already gone when their kill arrived. That "
-             f"took {self.kill_commands:,} killCursors commands: one command kills every "
-             "cursor queued at that moment.")),
-            ("database slots", (f"a fair semaphore lets {self.db_slots} database operations "
-             "run at once, the worker threads and the asyncio task waiting in one first-come, "
-             f"first-served line. Taken {self.db_acquisitions_threads:,} times by threads and "
-             f"{self.db_acquisitions_tasks:,} times by the task, at most {self.db_peak} in "
-             f"use at once; {self.db_waits:,} times a thread found every slot busy and "
-             f"queued. A thread's wait for a slot: median {self.db_wait_p50_ms:.2f} ms, "
-             f"99th percentile {self.db_wait_p99_ms:.2f} ms.")),
-            ("executor threads", (f"{self.executors}{names} ran {self.executor_runs:,} times "
-             f"and woke {self.executor_wakeups:,} times: they sleep until a run is due or "
-             "work wakes them, so none of these wake-ups was idle, and a run that follows "
-             "straight on from the previous one (work arrived while it ran) needs no "
-             "wake-up. Executors that poll, like PyMongo's, also wake twice a second each "
-             f"with nothing to do: about {polling:,.0f} more in this run.")),
-            ("background service", (f"{self.service_jobs} periodic job(s); the server "
-             f"monitor, a job that holds its owner only weakly, pinged the server "
-             f"{self.monitor_checks} time(s).")),
-            ("shutdown", (f"{self.shutdown_seconds * 1000:.0f} ms to stop everything after "
-             "the run: workers, consumer task, cursor reaper, service and event loop.")),
-        ]
-        if self.errors:
-            entries.append(("errors", f"{len(self.errors)}; the first: {self.errors[0]}"))
-        lines = [(f"executors demo: {'interrupted' if self.interrupted else 'finished'} "
-                  f"after {self.seconds:.1f} s against {self.server}")]
-        for label, text in entries:
-            lines += textwrap.wrap(f"{label}: {text}", REPORT_WIDTH, initial_indent="  ",
-                                   subsequent_indent="    ", break_long_words=False,
-                                   break_on_hyphens=False)
-        return "\n".join(lines)
-
-
-# -- checking a given server ---------------------------------------------------------------
-
-#: How long the reachability check waits for a server given with ``--uri``. Only the check:
-#: the run itself keeps pymongo's defaults.
-PING_TIMEOUT = 5.0
-
-
-def check_uri(uri: str, timeout: float = PING_TIMEOUT) -> None:
-    """Check that *uri* is a MongoDB URI and that its deployment answers a ping in *timeout*.
-
-    Raises:
-        ValueError: *uri* is not a MongoDB connection string (the message says why).
-        ConnectionError: no server answered within *timeout* seconds, or it refused the demo
-            (authentication); the message names the servers tried and what each said.
-    """
-    try:
-        uri_parser.parse_uri(uri, connect_timeout=timeout)
-    except (PyMongoError, ValueError) as exc:  # pymongo raises ValueError for a bad port
-        raise ValueError(f"not a MongoDB URI: {exc}") from None
-    client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
-        uri, serverSelectionTimeoutMS=int(timeout * 1000), connectTimeoutMS=int(timeout * 1000))
-    try:
-        client.admin.command("ping")
-    except ConnectionFailure:
-        tried = [f"{host}:{port}: {_short(server.error)}" for (host, port), server
-                 in client.topology_description.server_descriptions().items()]
-        raise ConnectionError(f"no server answered within {timeout:g} s "
-                              f"({'; '.join(tried) or 'no server found'})") from None
-    except OperationFailure as exc:
-        reason = (exc.details or {}).get("errmsg") or str(exc)
-        raise ConnectionError(f"the server refused the demo: {reason}") from None
-    finally:
-        client.close()
-
-
-def _short(error: Exception | None) -> str:
-    """pymongo's error for one server, without the timeouts it appends to every message."""
-    text = str(error) if error is not None else "no reply"
-    text = re.sub(r"\s*\(configured timeouts:[^)]*\)", "", text)
-    return re.sub(r"^[^\s]+:\d+: ", "", text)  # the address is already in front of it
-
-
-# -- the embedded server ---------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@final
-class EmbeddedServer:
-    """nx-27017 (a MongoDB wire-protocol server over SQLite) on a free loopback port.
-
-    A context manager: entering starts the server and waits until it accepts connections,
-    leaving stops it (SIGTERM, then SIGKILL after a grace period).
-
-    Raises:
-        RuntimeError: nx-27017 is not installed or did not start within *timeout* seconds.
-    """
-
-    def __init__(self, timeout: float = 20.0) -> None:
-        self._timeout = timeout
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._dir: tempfile.TemporaryDirectory[str] | None = None
-        self.port = 0
-
-    @property
-    def uri(self) -> str:
-        return f"mongodb://127.0.0.1:{self.port}/?directConnection=true"
-
-    def _executable(self) -> str:
-        beside = Path(sys.executable).parent / "nx-27017"
-        found = str(beside) if beside.exists() else shutil.which("nx-27017")
-        if not found:
-            raise RuntimeError("the embedded server nx-27017 is not installed; install the "
-                               "demo extra: pip install 'executors[demo]' (or pass --uri "
-                               "mongodb://... to use a running server)")
-        return found
-
-    def __enter__(self) -> EmbeddedServer:
-        executable = self._executable()
-        self._dir = tempfile.TemporaryDirectory(prefix="executors-demo-")
-        self.port = _free_port()
-        log = Path(self._dir.name) / "nx-27017.log"
-        self._proc = subprocess.Popen(
-            [executable, "--db", "memory", "-p", str(self.port), "--log-file", str(log),
-             "--pid-file", str(Path(self._dir.name) / "nx-27017.pid")],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,  # a terminal's Ctrl-C reaches the demo, which stops it
-        )
-        deadline = time.monotonic() + self._timeout
-        while True:
-            if self._proc.poll() is not None:
-                self.__exit__(None, None, None)
-                raise RuntimeError(f"nx-27017 exited at start-up (code {self._proc.returncode})")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return self
-            except OSError as exc:
-                if time.monotonic() > deadline:
-                    self.__exit__(None, None, None)
-                    raise RuntimeError(
-                        f"nx-27017 did not listen within {self._timeout} s") from exc
-                time.sleep(0.05)  # polling a port that has not opened yet: nothing to wait on
-
-    def __exit__(self, *exc: object) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(5)
-        if self._dir is not None:
-            self._dir.cleanup()
-            self._dir = None
 
 
 # -- observing the server's replies ------------------------------------------------------------
@@ -670,21 +443,12 @@ class _Demo:
             time.sleep(0.05)
 
 
-@contextlib.contextmanager
-def _server(config: DemoConfig) -> Iterator[tuple[str, str]]:
-    if config.uri:
-        yield config.uri, config.uri.split("@")[-1]
-        return
-    with EmbeddedServer() as server:
-        yield server.uri, f"nx-27017 (embedded) on 127.0.0.1:{server.port}"
-
-
 def run_demo(config: DemoConfig, out: TextIO | None = None, *,
              live: bool | None = None) -> DemoReport:
     """Run the demo and return its report (the caller prints it and picks the exit code)."""
     stream = out if out is not None else sys.stdout
     show_live = stream.isatty() if live is None else live
-    with _server(config) as (uri, label):
+    with server(config.uri) as (uri, label):
         print(f"executors demo: {config.workers} worker threads, {config.db_slots} db slots, "
               f"{config.seconds:g} s against {label}", file=stream, flush=True)
         return _Demo(config, uri, label).run(stream, show_live)
