@@ -16,6 +16,9 @@ from __future__ import annotations
 
 from ._portal import Portal as Portal
 from ._portal import PortalStatistics as PortalStatistics
+from ._queue import AsyncQueueProxy as AsyncQueueProxy
+from ._queue import Queue as Queue
+from ._queue import SyncQueueProxy as SyncQueueProxy
 from ._run_sync import RUN_SYNC_LIMIT as RUN_SYNC_LIMIT
 from ._run_sync import default_limiter as default_limiter
 from ._run_sync import run_sync as run_sync
@@ -56,4 +59,7 @@ __all__ = (
     "SharedChannel",
     "BlockingSharedChannel",
     "select_blocking",
+    "Queue",
+    "SyncQueueProxy",
+    "AsyncQueueProxy",
 )
