@@ -17,9 +17,15 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import cast
+
+# The table is the one the docs pages show: `executors bench` renders results files with the same
+# function (benchmarks are scripts, outside the package's import graph).
+from executors._cli._bench_report import OURS, AreaResult, area_table
+
+__all__ = ("OURS", "RESULTS_DIR", "Metric", "measure", "parse_args", "quick_mode", "run_area")
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-OURS = "executors"
 
 
 @dataclasses.dataclass
@@ -95,44 +101,6 @@ def measure(metric: Metric, rounds: int) -> dict[str, object]:
     return _summary(metric, samples)
 
 
-def fmt(value: float) -> str:
-    if value == 0:
-        return "0"
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    if abs(value) >= 10:
-        return f"{value:.1f}"
-    if abs(value) >= 0.1:
-        return f"{value:.3f}"
-    return f"{value:.3g}"
-
-
-def markdown_table(results: list[dict[str, object]]) -> str:
-    names: list[str] = []
-    for r in results:
-        for n in r["medians"]:  # type: ignore[attr-defined]
-            if n not in names:
-                names.append(n)
-    if OURS in names:
-        names.remove(OURS)
-        names.insert(0, OURS)
-    head = "| metric | advantage | " + " | ".join(names) + " |"
-    sep = "|---|---|" + "---|" * len(names)
-    lines = [head, sep]
-    for r in results:
-        medians: dict[str, float] = r["medians"]  # type: ignore[assignment]
-        adv = r["advantage_over_best_peer"]
-        if adv is None:
-            adv_s = "n/a"
-        else:
-            factor = "∞" if adv == float("inf") else f"{adv:.1f}"
-            adv_s = f"{factor}x vs {r['best_peer']}"
-        cells = [fmt(medians[n]) if n in medians else "—" for n in names]
-        lines.append(f"| {r['name']} ({r['unit']}, {r['better']} is better) | {adv_s} | "
-                     + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def run_area(area: str, metrics: Callable[[bool], list[Metric]], argv: Sequence[str] | None = None,
              default_rounds: int = 5, quick_rounds: int = 1) -> list[dict[str, object]]:
     """Measure every metric (interleaved rounds), print a markdown table, write JSON."""
@@ -143,22 +111,21 @@ def run_area(area: str, metrics: Callable[[bool], list[Metric]], argv: Sequence[
     for metric in metrics(args.quick):
         print(f"[{area}] {metric.name} ...", file=sys.stderr, flush=True)
         results.append(measure(metric, rounds))
-    table = markdown_table(results)
+    payload: dict[str, object] = {
+        "area": area,
+        "quick": args.quick,
+        "rounds": rounds,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "started": started,
+        "seconds": time.time() - started,
+        "metrics": results,
+    }
+    table = payload["table"] = area_table(cast(AreaResult, payload))
     print(f"\n## {area} ({'quick' if args.quick else 'full'}, {rounds} rounds, "
           f"Python {platform.python_version()})\n")
     print(table)
     if not args.no_write:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        payload = {
-            "area": area,
-            "quick": args.quick,
-            "rounds": rounds,
-            "python": platform.python_version(),
-            "machine": platform.machine(),
-            "started": started,
-            "seconds": time.time() - started,
-            "metrics": results,
-            "table": table,
-        }
         args.json.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     return results
