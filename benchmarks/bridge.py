@@ -36,7 +36,8 @@ from asgiref.sync import async_to_sync
 from benchmarks._harness import OURS, Metric, run_area
 from executors import ThreadGroup
 from executors.aio import Channel, Semaphore
-from integrations.bridge import Portal
+from integrations.bridge import Portal, SharedChannel
+from integrations.bridge import Queue as BridgeQueue
 
 __all__ = ("main", "metrics")
 
@@ -167,11 +168,38 @@ class _MixedQueue:
     async_q: Any
 
 
-def _make_queue(kind: str) -> Any:
+class _AiologicQueue:
+    """aiologic's Queue behind the sync_q / async_q pair (green_* for threads)."""
+
+    def __init__(self, size: int) -> None:
+        queue = aiologic.Queue(size)
+        self.sync_q = type("S", (), {"put": staticmethod(queue.green_put),
+                                     "get": staticmethod(queue.green_get)})
+        self.async_q = type("A", (), {"put": staticmethod(queue.async_put),
+                                      "get": staticmethod(queue.async_get)})
+
+
+class _SharedChannelQueue:
+    """SharedChannel behind the sync_q / async_q pair (blocking view for threads)."""
+
+    def __init__(self, size: int) -> None:
+        ch: SharedChannel[int] = SharedChannel(size)
+        self.sync_q = type("S", (), {"put": staticmethod(ch.blocking.send),
+                                     "get": staticmethod(ch.blocking.get)})
+        self.async_q = type("A", (), {"put": staticmethod(ch.send), "get": staticmethod(ch.get)})
+
+
+def _make_queue(kind: str, size: int = QUEUE_SIZE) -> Any:
     async def make() -> Any:
         if kind == "janus":
-            return janus.Queue(QUEUE_SIZE)  # binds to the running loop
-        return culsans.Queue(QUEUE_SIZE)
+            return janus.Queue(size)  # binds to the running loop
+        if kind == "Queue":
+            return BridgeQueue(size)
+        if kind == "SharedChannel":
+            return _SharedChannelQueue(size)
+        if kind == "aiologic":
+            return _AiologicQueue(size)
+        return culsans.Queue(size)
 
     return _portal().call(make)
 
@@ -182,10 +210,10 @@ async def _close_queue(queue: Any) -> None:
         await close()
 
 
-def thread_to_task_peer(kind: str, n: int) -> Sample:
+def thread_to_task_peer(kind: str, n: int, size: int = QUEUE_SIZE) -> Sample:
     def sample() -> float:
         portal = _portal()
-        queue = _make_queue(kind)
+        queue = _make_queue(kind, size)
         put = queue.sync_q.put
         get = queue.async_q.get
 
@@ -205,10 +233,10 @@ def thread_to_task_peer(kind: str, n: int) -> Sample:
     return sample
 
 
-def task_to_thread_peer(kind: str, n: int) -> Sample:
+def task_to_thread_peer(kind: str, n: int, size: int = QUEUE_SIZE) -> Sample:
     def sample() -> float:
         portal = _portal()
-        queue = _make_queue(kind)
+        queue = _make_queue(kind, size)
         put = queue.async_q.put
         get = queue.sync_q.get
 
@@ -300,16 +328,33 @@ def metrics(quick: bool) -> list[Metric]:
             "anyio BlockingPortal": round_trip_anyio(calls),
             "asgiref async_to_sync": round_trip_asgiref(slow_calls),
         }, note="trivial coroutine; run_coroutine_threadsafe on the same loop as ours"),
-        Metric("thread->task messages", "msgs/s", "higher", {
+        *[Metric(f"{direction} messages, SharedChannel({size})", "msgs/s", "higher", {
+            OURS: run(kind, messages, size),
+            "janus": run("janus", messages, size),
+            "culsans": run("culsans", messages, size),
+            "aiologic Queue": run("aiologic", messages, size),
+        }, note=f"bounded queue of {size}; ours: SharedChannel({size}) (.blocking for the "
+                "thread), no loop round trip")
+          for direction, run in (("thread->task", thread_to_task_peer),
+                                 ("task->thread", task_to_thread_peer))
+          for size, kind in ((QUEUE_SIZE, "SharedChannel"), (1, "SharedChannel"))],
+        *[Metric(f"{direction} messages, Queue({QUEUE_SIZE}) vs janus", "msgs/s", "higher", {
+            OURS: run("Queue", messages, QUEUE_SIZE),
+            "janus": run("janus", messages, QUEUE_SIZE),
+        }, note="integrations.bridge.Queue, the janus drop-in, through sync_q/async_q")
+          for direction, run in (("thread->task", thread_to_task_peer),
+                                 ("task->thread", task_to_thread_peer))],
+        Metric("thread->task messages via Portal", "msgs/s", "higher", {
             OURS: thread_to_task_ours(messages),
             "janus": thread_to_task_peer("janus", messages),
             "culsans": thread_to_task_peer("culsans", messages),
-        }, note=f"bounded queue of {QUEUE_SIZE}; ours: Channel({QUEUE_SIZE}) + Portal.channel"),
-        Metric("task->thread messages", "msgs/s", "higher", {
+        }, note=f"bounded queue of {QUEUE_SIZE}; ours: a loop-only Channel({QUEUE_SIZE}) + "
+                "Portal.channel (a loop round trip per operation)"),
+        Metric("task->thread messages via Portal", "msgs/s", "higher", {
             OURS: task_to_thread_ours(messages),
             "janus": task_to_thread_peer("janus", messages),
             "culsans": task_to_thread_peer("culsans", messages),
-        }, note=f"bounded queue of {QUEUE_SIZE}"),
+        }, note=f"bounded queue of {QUEUE_SIZE}; ours: loop-only Channel + Portal.channel"),
         Metric("thread+task semaphore contention", "acquisitions/s", "higher", {
             OURS: contention_ours(iters),
             "aiologic": contention_aiologic(iters),
@@ -318,9 +363,19 @@ def metrics(quick: bool) -> list[Metric]:
     ]
 
 
+def _with_permits(quick: bool) -> list[Metric]:
+    """This module's metrics, then the shared semaphore and loop-lag ones where present."""
+    found = metrics(quick)
+    try:
+        from benchmarks import _bridge_permits
+    except ImportError:  # the permits module is optional here
+        return found
+    return found + _bridge_permits.metrics(quick, _portal)
+
+
 def main(argv: list[str] | None = None) -> None:
     with _resources:
-        run_area("bridge", metrics, argv)
+        run_area("bridge", _with_permits, argv)
 
 
 if __name__ == "__main__":
