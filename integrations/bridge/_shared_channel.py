@@ -597,21 +597,30 @@ class BlockingSharedChannel(Generic[T]):
         seconds = _validate.timeout(timeout)
         ch = self._channel
         mutex = ch._mutex
-        mutex.acquire()
-        try:
-            value = ch._take()
-            if value is not _NOTHING:
-                return value
-            if ch._closed and not ch._in_flight:
-                raise ChannelClosed("get on a closed and drained channel")
-            if seconds == 0:
-                raise TimeoutError(f"get: no value within {timeout} s")
-            waiter = SharedThreadWaiter()
-            reg = ch._park(waiter, ch._getters, None)
-        finally:
-            mutex.release()
-            if ch._deferred:
-                ch._run_deferred()
+        yielded = seconds == 0 or ch._size <= 1  # no batch to wait for without a buffer
+        while True:
+            mutex.acquire()
+            try:
+                value = ch._take()
+                if value is not _NOTHING:
+                    return value
+                if ch._closed and not ch._in_flight:
+                    raise ChannelClosed("get on a closed and drained channel")
+                if seconds == 0:
+                    raise TimeoutError(f"get: no value within {timeout} s")
+                if yielded:
+                    waiter = SharedThreadWaiter()
+                    reg = ch._park(waiter, ch._getters, None)
+                    break
+            finally:
+                mutex.release()
+                if ch._deferred:
+                    ch._run_deferred()
+            # Empty: before parking, let the other threads (a producing loop) run once. A task
+            # producer then fills the buffer in one go instead of handing each value to a parked
+            # thread (a thread switch per message); the retry is the same section again.
+            yielded = True
+            time.sleep(0)
         try:
             claimed = waiter.wait(seconds)
         except BaseException:
