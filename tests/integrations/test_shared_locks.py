@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import gc
 import random
 import signal
 import sys
@@ -412,43 +411,6 @@ def test_release_from_del_inside_the_mutex_is_deferred_in_fifo_order() -> None:
     assert got.wait(10)
     t.join(10)
     assert sem.statistics().value == 1
-
-
-def test_release_from_gc_finalizers_at_random_points() -> None:
-    """Finalizers of garbage cycles release permits while the collector runs at random points,
-    many of them inside the primitive's sections (gc threshold 1): no deadlock, no permit lost
-    or duplicated. The test checks that some releases really ran inside the mutex."""
-    sem = SharedSemaphore(0)
-    inside = [0, 0]  # finalizers run inside the mutex, in total
-
-    class Cycle:
-        def __init__(self) -> None:
-            self.me = self
-
-        def __del__(self) -> None:
-            inside[0] += sem._mutex._is_owned()
-            inside[1] += 1
-            sem.release()
-
-    def run() -> None:
-        old = gc.get_threshold()
-        gc.set_threshold(1, 1, 1)
-        try:
-            for _ in range(3000):
-                Cycle()
-                assert sem.blocking.acquire(timeout=10)
-        finally:
-            gc.set_threshold(*old)
-            gc.collect()
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join(60)
-    assert not t.is_alive(), "deadlocked"
-    gc.collect()
-    assert inside[1] == sem.statistics().value + 3000
-    # How many ran inside the mutex depends on where the collector happens to run (often some,
-    # sometimes none): the deterministic case is the weakref-callback test below.
 
 
 def test_release_from_weakref_callback_freed_inside_a_section() -> None:
