@@ -50,7 +50,9 @@ class DeferredQueueStatistics:
     drained: int
     #: Items `put` refused: the queue was full (`max_pending`) or closed.
     dropped: int
+    #: The most items kept waiting (``DeferredQueue(max_pending=...)``), or None for no bound.
     max_pending: int | None
+    #: True once `close` was called: later items are dropped (pending ones can still be drained).
     closed: bool
 
 

@@ -50,29 +50,52 @@ class JobStatistics:
     `next_run_in` is relative to the moment of the snapshot.
     """
 
+    #: The job's name: ``every(name=...)``, else the function's qualified name (with ``#2``,
+    #: ``#3``... added when taken).
     name: str
     #: "pending" (service not started), "scheduled" (also while a due run waits for a pool
     #: thread), "running" (a run is executing), "paused", "failed" (stopped by
     #: ``on_error="stop"``), "cancelled", or "closed" (the service shut down; a run that had
     #: not started by then is dropped).
     state: str
+    #: True if the job runs on its own `PeriodicExecutor` thread (``every(dedicated=True)``),
+    #: False if it shares the service's scheduler and worker pool.
     dedicated: bool
+    #: The time between due runs, in seconds, as given to ``every()``.
     interval: float
+    #: Runs that finished (successfully or not); a run in progress is not counted yet.
     runs: int
+    #: Runs that raised, over the job's life (never reset).
     errors: int
     #: Errors since the last successful run (what ``on_error="backoff"`` doubles its delay by).
     consecutive_errors: int
+    #: ``"ExceptionType: message"`` of the latest run that raised, or None if no run has raised.
+    #: Kept after later successful runs.
     last_error: str | None
+    #: When the latest run started (seconds on the service's monotonic clock), or None before
+    #: the first run.
     last_run_at: float | None
+    #: How long the latest finished run took, in seconds, or None before the first run ends.
     last_duration: float | None
+    #: When the next run is due (seconds on the service's monotonic clock); None unless the
+    #: job is "scheduled" (or, for a dedicated job, "running").
     next_run_at: float | None
+    #: Seconds from this snapshot until `next_run_at` (0.0 if already due), or None when
+    #: `next_run_at` is None.
     next_run_in: float | None
-    #: How late the last run started after its due time (seconds), and the worst so far.
+    #: How late the latest run started after its due time, in seconds (0.0 if it started on
+    #: time), or None before the first run.
     lateness: float | None
+    #: The largest `lateness` of any run so far, in seconds (0.0 before the first run).
     max_lateness: float
-    #: Runs that lasted longer than the interval; and due runs skipped by ``overrun="skip"``.
+    #: Runs that took longer than `interval` (a failed run and the last run before a
+    #: pause, cancel or shutdown count too).
     overruns: int
+    #: Due runs left out because an overrun ended after them (``overrun="skip"``): the next
+    #: run goes to the first due time after the overrun. Always 0 for a dedicated job.
     skipped: int
+    #: Calls of `Job.wake()` so far, including those ignored (paused, cancelled, failed job)
+    #: and those merged into one run.
     wake_requests: int
     #: True while the job is light enough to run on the scheduler thread (no hand-off).
     inline: bool

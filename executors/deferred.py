@@ -51,6 +51,7 @@ class ReaperStatistics:
     batches: int
     #: Handler calls that raised.
     errors: int
+    #: ``"ExceptionType: message"`` of the latest handler call that raised, or None if none has.
     last_error: str | None
     #: Drain passes run by the background thread.
     runs: int

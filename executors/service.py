@@ -47,19 +47,27 @@ _names = itertools.count(1)
 class ServiceStatistics:
     """Service-wide counters (see `BackgroundService.statistics`)."""
 
+    #: The service's name (``BackgroundService(name=...)``, else ``BackgroundService-N``).
     name: str
     #: "idle" (not started), "running", "closing" (shutdown begun) or "closed".
     state: str
+    #: The most pool threads the service may start (``BackgroundService(workers=...)``).
     workers: int
     #: Threads of this service alive now: scheduler + pool workers + dedicated jobs.
     threads: int
+    #: Jobs the service holds now (a cancelled job leaves once the scheduler has seen it).
     jobs: int
+    #: Finished runs of all jobs, summed (a cancelled job's runs stay counted).
     job_runs: int
+    #: Job runs that raised, summed over all jobs.
     job_errors: int
+    #: Calls of `submit` that were accepted, over the service's life.
     submitted: int
     #: Submissions not finished yet (queued or running).
     submissions_pending: int
+    #: Submissions whose work raised (a cancelled submission is not counted).
     submissions_failed: int
+    #: ``"ExceptionType: message"`` of the latest submission that raised, or None if none has.
     last_submission_error: str | None
     #: Bumped by every fork: the service's internals were rebuilt that many times.
     generation: int
@@ -69,7 +77,9 @@ class ServiceStatistics:
 class ServiceStatus:
     """Everything a health endpoint needs: the service's counters and every job's snapshot."""
 
+    #: The service-wide counters (the same snapshot `BackgroundService.statistics` returns).
     service: ServiceStatistics
+    #: A snapshot of every job the service holds, in the order they were added.
     jobs: tuple[JobStatistics, ...]
 
     @property

@@ -139,13 +139,22 @@ class CancelToken:
 class ThreadGroupStatistics:
     """A snapshot of a `ThreadGroup`."""
 
+    #: The group's name (``ThreadGroup(name=...)``, else ``ThreadGroup-N``), the prefix of
+    #: its threads' names.
     name: str
     #: "idle" (not entered), "open", "joining" (the block is exiting) or "closed".
     state: str
+    #: Threads `start` launched, over the group's life.
     started: int
+    #: Started threads whose function has not returned or raised yet.
     running: int
+    #: Threads whose function returned a result.
     succeeded: int
+    #: Threads whose function raised (a `ThreadCancelled` raised after the group's token was
+    #: cancelled is a cooperative exit and counts in neither `failed` nor `succeeded`).
     failed: int
+    #: True once the group's token is cancelled: by the first failure, the block raising,
+    #: Ctrl-C, or `ThreadGroup.cancel`.
     cancelled: bool
 
 

@@ -76,11 +76,18 @@ async def _uncancelled(query: Awaitable[_T]) -> _T:
 class PostgresStoreStatistics:
     """Counters of a `PostgresStore`."""
 
+    #: Transactions begun (BEGIN and the snapshot export both succeeded).
     begun: int
+    #: Transactions committed.
     committed: int
+    #: Transactions rolled back, by `PostgresTransaction.rollback` or after a failed commit.
     rolled_back: int
+    #: The most extra read-only connections one transaction may use beside its first
+    #: (``PostgresStore(readers=...)``): a setting, not a count.
     reader_connections: int
+    #: Connections to the server open now, in use or idle.
     connections: int
+    #: Of `connections`, those waiting in the pool for the next transaction.
     idle_connections: int
 
 

@@ -47,11 +47,19 @@ def _split(path: str) -> tuple[str, ...]:
 class SQLiteStoreStatistics:
     """Counters of a `SQLiteStore`: transactions begun, committed, rolled back, expired."""
 
+    #: Transactions begun (their BEGIN succeeded).
     begun: int
+    #: Transactions committed.
     committed: int
+    #: Transactions rolled back, by `SQLiteTransaction.rollback` or after a failed commit.
     rolled_back: int
+    #: Statements refused because their transaction had outlived its time budget (with
+    #: ``enforce_timeout``; each refused statement counts one).
     expired: int
+    #: Connections the store has opened over its life (its schema connection included;
+    #: an in-memory database shares one).
     connections: int
+    #: Connections waiting for the next transaction.
     idle_connections: int
 
 

@@ -482,8 +482,6 @@ def test_reference_shows_every_field_with_its_meaning(site: Path, dotted: str) -
                              "the meaning their source gives them")
 
 
-@pytest.mark.xfail(reason="issue 17: fields still without a `#:` comment (or Attributes: entry) "
-                          "in modules their owners are editing; the failure lists them")
 def test_every_public_dataclass_field_has_a_meaning() -> None:
     """Every field of every public dataclass says what it means in the source (a ``#:`` comment
     above it or an ``Attributes:`` entry), so the reference can show it."""

@@ -44,8 +44,11 @@ class Entry:
     meaningful inside the transaction that read it: a node may move or vanish in between.
     """
 
+    #: The node's name in its parent directory ("" for the root).
     name: str
+    #: The store's identity of the node, valid only inside the transaction that read it.
     key: object
+    #: `Kind.FILE` (a leaf) or `Kind.DIR` (a directory, which has children).
     kind: Kind
 
 
@@ -96,8 +99,13 @@ class Visit:
     the transaction in which the path's every ancestor was read (write through it to make the
     visit's effects commit with the traversal's cursor)."""
 
+    #: The names from the root down to the node (``()`` for the root itself).
     path: tuple[str, ...]
+    #: The node at `path` as read in `transaction`, or None if nothing is there now (a
+    #: pending directory that vanished between transactions, in mode "any").
     node: Entry | None
+    #: The transaction that read `path` and every ancestor; writes through it commit together
+    #: with the traversal's cursor, or are rolled back with it.
     transaction: Transaction
 
 
@@ -106,9 +114,15 @@ class CursorEntry:
     """One pending piece of work: list `phase` children of the directory at `path` after
     `after`; `entered` says whether the directory itself was visited already."""
 
+    #: The directory's path: the names from the root down to it (``()`` for the root).
     path: tuple[str, ...]
+    #: Which of its children are listed next: `Kind.FILE` (its files) or `Kind.DIR` (its
+    #: subdirectories).
     phase: Kind
+    #: List only children whose name sorts after this one (the last one done); None: from
+    #: the first.
     after: str | None
+    #: True if the directory itself has been visited already.
     entered: bool
 
 
@@ -121,21 +135,43 @@ class TraversalStatistics:
     before a commit, or lost with a failed transaction, per useful read.
     """
 
+    #: The visiting order: "strict", "relaxed" or "any" (see `Traversal`).
     mode: str
+    #: True once the committed cursor is empty: every node was visited in a committed
+    #: transaction.
     done: bool
+    #: Transactions begun, committed or not.
     transactions: int
+    #: Transactions committed (each moved the cursor forward).
     commits: int
+    #: Transactions that failed with `TransactionRetry` (expired ones included); each was
+    #: rolled back and retried from the last committed cursor, except a last one re-raised.
     retries: int
+    #: Of `retries`, the transactions that expired (`TransactionExpired`).
     expirations: int
+    #: Visitor calls in committed transactions (each node counts once).
     visits: int
+    #: Visitor calls in transactions that failed and were rolled back: their nodes are
+    #: visited again by a later transaction.
     redone_visits: int
+    #: Store reads issued, in every transaction, committed or not.
     reads: int
+    #: Reads in committed transactions whose results were processed (listings the batch used).
     useful_reads: int
+    #: Reads in committed transactions spent re-reading the cursor's paths from the root
+    #: (the root and one lookup per path step) at the start of a transaction.
     resume_reads: int
+    #: Reads in committed transactions that were neither useful nor resume reads: read
+    #: ahead, but not used before the commit.
     wasted_reads: int
+    #: The most store reads that were running at the same time.
     max_in_flight: int
+    #: Entries in the committed cursor now (the work left; 0 when done).
     cursor_size: int
+    #: The largest number of entries the committed cursor held so far.
     max_cursor_size: int
+    #: Wall-clock seconds spent in `Traversal.run`, summed over its calls (retry back-offs
+    #: included).
     elapsed: float
 
     @property

@@ -48,14 +48,21 @@ _live: weakref.WeakValueDictionary[int, PersistentTaskGroup] = weakref.WeakValue
 class PersistentTaskGroupStatistics:
     """A snapshot of a `PersistentTaskGroup` (see `PersistentTaskGroup.statistics`)."""
 
+    #: The group's name (``PersistentTaskGroup(name=...)``, else ``PersistentTaskGroup-N``).
     name: str
     #: "idle" (no task yet), "open", "shutting down" or "closed".
     state: str
     #: Tasks started and not yet finished (exception-handler tasks included).
     running: int
+    #: Tasks started by `create_task`, over the group's life (exception-handler tasks are
+    #: not counted here).
     spawned: int
+    #: Spawned tasks that returned normally.
     succeeded: int
+    #: Spawned tasks that raised (each was reported to the exception handler, or, if it was
+    #: not an `Exception`, shut the group down).
     failed: int
+    #: Spawned tasks that ended cancelled.
     cancelled: int
     #: Failures of the exception handler itself (each went to the loop's exception handler).
     handler_errors: int

@@ -68,12 +68,22 @@ Phase = Literal["new", "starting", "running", "stopping-support", "stopping-put"
 class CoordinatorStatistics:
     """A snapshot of a coordinator: phase, counts of processes, signals sent and orphans reaped."""
 
+    #: Where the run is: "new" (before `run()`), "starting", "running", "stopping-support",
+    #: "stopping-put", "stopping-orphans" or "done".
     phase: str
+    #: Managed processes (the process under test and supporting ones) that have been started.
     started: int
+    #: Started managed processes that have not exited yet.
     running: int
+    #: Managed processes whose exit the coordinator has seen.
     exited: int
+    #: Signals the coordinator sent to managed processes, summed (stop signals, SIGCONT and
+    #: SIGKILL each count one).
     signals_sent: int
+    #: Orphaned descendants adopted by the coordinator (as subreaper or PID 1) and reaped.
     orphans_reaped: int
+    #: Stop requests so far: `stop()` calls (those not yet taken by the run included) and
+    #: SIGINT/SIGTERM/SIGHUP received.
     stop_requests: int
 
 

@@ -66,7 +66,10 @@ class Ready:
         Ready(kind='regex', value='^listening')
     """
 
+    #: "regex" (ready when a line of stdout or stderr matches `value`) or "delay" (ready
+    #: `value` seconds after it started).
     kind: Literal["regex", "delay"]
+    #: The pattern for "regex"; for "delay", the number of seconds written as text.
     value: str
 
     @classmethod
@@ -119,13 +122,26 @@ class ProcessSpec:
         '{pid}'
     """
 
+    #: The process's label in the live output, the log file names and the summary (letters,
+    #: digits, ".", "_" or "-"; unique in a run; not "coord").
     name: str
+    #: The command as given: a string (split like a shell would, never run by one) or an argv
+    #: list, with `{pid}`, `{name}` and `{outdir}` placeholders.
     command: str | Sequence[str]
+    #: The signal that asks the process to stop; None means SIGTERM for the process under
+    #: test and SIGINT for a supporting process.
     stop_signal: signal.Signals | None = None
+    #: Seconds the process has to exit after its stop signal before its process group (or,
+    #: without `group_kill`, the process) is SIGKILLed.
     grace: float = 5.0
+    #: What this process ending does, for a supporting process: "stop" ends the run,
+    #: "ignore" lets it go on. (The process under test ending always stops the run.)
     on_exit: Literal["stop", "ignore"] = "stop"
+    #: When the process counts as ready so the next one may start; None: as soon as it started.
     ready: Ready | None = None
+    #: True: signals go to the process's whole process group; False: to the process only.
     group_kill: bool = True
+    #: `command` split into arguments, placeholders not yet filled in (set from `command`).
     argv: tuple[str, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -161,21 +177,43 @@ class ProcessResult:
     `on_its_own` is true when it ended before the coordinator signalled it.
     """
 
+    #: The process's name, from its `ProcessSpec`.
     name: str
+    #: "put" for the process under test, "support" for a supporting process.
     role: Literal["put", "support"]
+    #: The command's arguments as in the spec, before placeholders are filled in.
     argv: tuple[str, ...]
+    #: The process's pid, or None if it never started.
     pid: int | None
+    #: "exited" (on its own or after a stop signal, with a status), "terminated" (by a
+    #: signal), "killed-after-grace" (SIGKILLed when its grace ran out), "killed" (SIGKILLed
+    #: by a second stop request), "skipped" (the run stopped before its turn),
+    #: "failed-to-start" or "still-running" (still there after SIGKILL).
     outcome: Outcome
+    #: When it started, in seconds after the run began; None if it never started.
     start: float | None
+    #: Seconds from its start to its exit; None if it never started or never exited.
     duration: float | None
+    #: Its exit status as `subprocess` gives it (N: exited N; -N: terminated by signal N), or
+    #: None if it never started or its exit was not seen.
     returncode: int | None
+    #: Every signal the coordinator sent it, in order: (signal name, seconds after the run
+    #: began).
     signals: tuple[tuple[str, float], ...]
+    #: The name of the signal that asks it to stop (e.g. "SIGINT").
     stop_signal: str
+    #: Seconds it was given between its stop signal and SIGKILL.
     grace: float
+    #: True if it exited 0, or was terminated by the stop signal the coordinator sent it.
     clean_stop: bool
+    #: True if it ended before the coordinator signalled it to stop.
     on_its_own: bool
+    #: Seconds from its start until it counted as ready (its `Ready` check passed); None if
+    #: it has no readiness check or never became ready.
     ready_after: float | None
+    #: Why it was skipped or did not start (or why its exit status is unknown); else None.
     error: str | None
+    #: The last lines (at most 20) it wrote to stderr, oldest first.
     stderr_tail: tuple[str, ...]
 
     @property
@@ -223,13 +261,24 @@ class RunResult:
     `stop-requested`, `put-failed`, `start-failed`, `ready-timeout`.
     """
 
+    #: The exit status for the caller, by the policy above (e.g. the process under test's own
+    #: status when it ended first).
     exit_code: int
+    #: What stopped the run: "put-exited", "support-exited", "signal", "stop-requested",
+    #: "put-failed", "start-failed" or "ready-timeout".
     trigger: str
+    #: The process whose exit, start failure or readiness timeout stopped the run; None when
+    #: a signal or `stop()` did.
     trigger_name: str | None
+    #: The signal that stopped the run (e.g. "SIGTERM") when `trigger` is "signal"; else None.
     trigger_signal: str | None
+    #: One line saying what stopped the run (e.g. "put ended first").
     message: str
+    #: Seconds from the start of the run to the end of its stop (on the coordinator's clock).
     duration: float
+    #: Orphaned descendants the coordinator adopted and reaped during the run.
     orphans_reaped: int
+    #: How each process ended: the process under test first, then the supporting ones in order.
     processes: tuple[ProcessResult, ...]
 
     def process(self, name: str) -> ProcessResult:
