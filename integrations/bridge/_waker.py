@@ -32,16 +32,19 @@ __all__ = ("LoopWaker", "waker_for")
 class LoopWaker:
     """The resumptions queued for one event loop's thread (see the module docstring)."""
 
-    __slots__ = ("__weakref__", "_loop", "_pending", "_scheduled")
+    __slots__ = ("__weakref__", "_loop_ref", "_pending", "_scheduled")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop: Final = loop
+        # Weakly: `_wakers` maps each loop (weakly) to its waker, so a strong reference here
+        # would keep every loop that ever parked a task alive for good.
+        self._loop_ref: Final = weakref.ref(loop)
         self._pending: deque[tuple[Callable[[object], object], object]] = deque()
         self._scheduled = False
 
     @property
-    def loop(self) -> asyncio.AbstractEventLoop:
-        return self._loop
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The loop, or None once it has been collected."""
+        return self._loop_ref()
 
     def post(self, fn: Callable[[object], object], arg: object) -> bool:
         """Run ``fn(arg)`` on the loop's thread soon; from any thread, without a lock.
@@ -51,14 +54,15 @@ class LoopWaker:
         Safe from ``__del__``, weakref callbacks and signal handlers (no lock is taken here;
         ``call_soon_threadsafe`` writes to the loop's self-pipe).
         """
-        if self._loop.is_closed():
+        loop = self._loop_ref()
+        if loop is None or loop.is_closed():
             return False
         self._pending.append((fn, arg))
         if self._scheduled:
             return True
         self._scheduled = True
         try:
-            self._loop.call_soon_threadsafe(self._flush)
+            loop.call_soon_threadsafe(self._flush)
         except RuntimeError:  # the loop is closed: nothing queued here will ever run
             self._scheduled = False
             self._pending.clear()
@@ -75,7 +79,7 @@ class LoopWaker:
             fn(arg)
 
     def __repr__(self) -> str:
-        return f"<LoopWaker loop={self._loop!r} pending={len(self._pending)}>"
+        return f"<LoopWaker loop={self._loop_ref()!r} pending={len(self._pending)}>"
 
 
 _wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWaker] = (
@@ -85,7 +89,8 @@ _wakers_lock = threading.Lock()
 
 
 def waker_for(loop: asyncio.AbstractEventLoop) -> LoopWaker:
-    """The one `LoopWaker` of `loop` (made on first use; it dies with the loop).
+    """The one `LoopWaker` of `loop` (made on first use; it dies with the loop, which it
+    references only weakly).
 
     Call it on the loop's own thread when a task parks, and keep the result on the waiter: the
     thread that later resumes the task then needs no lookup.

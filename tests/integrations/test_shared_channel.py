@@ -708,3 +708,27 @@ def test_statistics_and_repr_show_state() -> None:
         SharedChannel(-1)
     with pytest.raises(TypeError, match="size"):
         SharedChannel("1")  # type: ignore[arg-type]
+
+
+def test_a_loop_that_parked_a_task_can_be_collected() -> None:
+    """The per-loop waker holds its loop weakly: a finished loop is not kept alive by it."""
+    import weakref
+
+    from integrations.bridge import _waker
+
+    loop = asyncio.new_event_loop()
+    channel: SharedChannel[int] = SharedChannel()
+
+    async def park_once() -> None:
+        getter = asyncio.ensure_future(channel.get())
+        await asyncio.sleep(0)
+        channel.send_nowait(1)
+        assert await getter == 1
+
+    loop.run_until_complete(park_once())
+    loop.close()
+    assert len(_waker._wakers) >= 1
+    dead = weakref.ref(loop)
+    del loop
+    gc.collect()
+    assert dead() is None
