@@ -10,7 +10,7 @@ Measures, round by round:
   ``integrations.mongo.install()``;
 - close() -> the client's background threads gone, with and without ``install()``.
 
-A MongoDB server is needed: MONGODB_URI, or an nx-27017 started here on a free loopback port.
+A MongoDB server is needed: MONGODB_URI, or the demo's embedded nx-27017 on a free loopback port.
 Run: ``python -m benchmarks.deferred [--quick]``.
 """
 
@@ -20,16 +20,10 @@ import contextlib
 import os
 import queue
 import random
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 import types
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pymongo
@@ -38,44 +32,13 @@ from pymongo import monitoring
 
 from benchmarks._harness import OURS, Metric, run_area
 from executors import DeferredQueue
+from executors._cli import _demo_server
 from integrations import mongo
 
 PYMONGO = f"pymongo {pymongo.version}"
 LIST = "list.append (PyMongo's queue)"
 QUEUE = "queue.Queue.put"
 DB = "executors_bench"
-
-
-@contextlib.contextmanager
-def mongo_server() -> Iterator[str]:
-    """MONGODB_URI, or an nx-27017 on a free loopback port for the duration."""
-    uri = os.environ.get("MONGODB_URI")
-    if uri:
-        yield uri
-        return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    workdir = Path(tempfile.mkdtemp(prefix="bench-nx27017-"))
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("nx-27017")), "--db", "memory", "-p", str(port),
-         "--log-file", str(workdir / "log"), "--pid-file", str(workdir / "pid")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("nx-27017 did not start") from None
-                time.sleep(0.02)
-        yield f"mongodb://127.0.0.1:{port}/"
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(10)
 
 
 class KillWatcher(monitoring.CommandListener):
@@ -295,7 +258,8 @@ def metrics(quick: bool, uri: str) -> list[Metric]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    with mongo_server() as uri:
+    # The demo's server: MONGODB_URI if set, else its embedded nx-27017 for the duration.
+    with _demo_server.server(os.environ.get("MONGODB_URI")) as (uri, _label):
         run_area("deferred", lambda quick: metrics(quick, uri), argv, default_rounds=3)
 
 

@@ -15,14 +15,14 @@ from typing import ClassVar, Literal, TypedDict, TypeVar, final
 
 from typing_extensions import Unpack
 
-from . import _threads, _validate, registry
+from . import _periodic_args, _threads, _validate, registry
 from ._clock import SYSTEM_CLOCK, Clock
+from ._periodic_args import OnError
 
 __all__ = ("PeriodicExecutor", "PeriodicExecutorStatistics")
 
 logger = logging.getLogger("executors.periodic")
 
-OnError = Literal["continue", "stop"]
 ForkPolicy = Literal["lazy", "eager", "stop"]
 
 _names = itertools.count(1)
@@ -170,19 +170,8 @@ class PeriodicExecutor:
         clock: Clock | None = None,
         fork_policy: ForkPolicy = "lazy",
     ) -> None:
-        self._interval = _validate.seconds(interval, "interval")
-        self._min_interval = _validate.seconds(min_interval, "min_interval")
-        if self._min_interval > self._interval:
-            raise ValueError(
-                f"min_interval ({min_interval!r}) must not exceed interval ({interval!r}): "
-                "it throttles early wake-ups between regular runs"
-            )
-        if not callable(target):
-            raise TypeError(f"target must be callable, got {type(target).__name__}")
-        if name is not None and not isinstance(name, str):
-            raise TypeError(f"name must be a str or None, got {type(name).__name__}")
-        if on_error not in ("continue", "stop"):
-            raise ValueError(f"on_error must be 'continue' or 'stop', got {on_error!r}")
+        self._interval, self._min_interval = _periodic_args.check(
+            interval, min_interval, target, name, on_error)
         if fork_policy not in ("lazy", "eager", "stop"):
             raise ValueError(f"fork_policy must be 'lazy', 'eager' or 'stop', got {fork_policy!r}")
         self._target = target

@@ -1,9 +1,18 @@
-"""Helpers for tests of code that uses executors: a virtual clock, and waiting with a deadline."""
+"""Helpers for tests of code that uses executors (and for ours).
+
+- `VirtualClock`: a clock that only moves when the test says so, for schedules without sleeping.
+- `wait_until`: poll a condition against a deadline instead of sleeping and hoping.
+- `free_port`: a free TCP port on loopback, for a throwaway server a test starts.
+
+It imports only the standard library and the package's stdlib-only helpers: no asyncio, no
+pymongo, and it starts nothing.
+"""
 
 from __future__ import annotations
 
 import math
 import queue
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -12,7 +21,7 @@ from typing import TypeVar, final
 from . import _validate
 from ._clock import SYSTEM_CLOCK
 
-__all__ = ("VirtualClock", "wait_until")
+__all__ = ("VirtualClock", "free_port", "wait_until")
 
 T = TypeVar("T")
 
@@ -37,6 +46,22 @@ def wait_until(condition: Callable[[], object], timeout: float | None = 10.0, *,
             raise TimeoutError(message or f"condition not met within {timeout}s: {condition!r}")
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 (IPv4 loopback) that nothing listens on right now.
+
+    The kernel picks it (bind to port 0), then the socket is closed so the caller's server can
+    bind it. Another process could take the port in between; on a test machine that race is
+    rare, and the server then fails loudly at start-up rather than talking to a stranger.
+
+    Example:
+        >>> 0 < free_port() < 65536
+        True
+    """
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 @final

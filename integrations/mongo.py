@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import time
 from collections.abc import Callable, Mapping
 from typing import TypeVar, final
 
@@ -15,6 +14,7 @@ from pymongo.errors import AutoReconnect, InvalidOperation
 from pymongo.server_selectors import writable_server_selector
 
 from executors import PeriodicExecutor, Reaper, _validate
+from executors._clock import SYSTEM_CLOCK
 
 __all__ = (
     "CursorReaper",
@@ -33,15 +33,10 @@ _Key = tuple[Address | None, str]
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 # The deadline of the flush running on this thread, so one killCursors never outlasts it.
+# Read on SYSTEM_CLOCK: freezegun does not freeze it, so a frozen test never stalls a flush.
 _flush_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
     "executors_cursor_reaper_flush_deadline", default=None
 )
-
-
-class _Time:
-    # A class attribute, not a module global: freezegun rewrites module globals that alias
-    # time functions, and a frozen clock would stall the flush deadlines (see executors._clock).
-    monotonic = staticmethod(time.monotonic)
 
 
 def _check_address(address: object) -> Address | None:
@@ -103,6 +98,8 @@ class CursorReaperStatistics:
     commands: int
     #: Kills the queue refused (`max_pending` reached, or the reaper closed).
     dropped: int
+    #: ``"ExceptionType: message"`` of the latest killCursors attempt that raised, or None if
+    #: none has (kept after later successes).
     last_error: str | None
 
 
@@ -233,7 +230,7 @@ class CursorReaper:
         budget = self._timeout
         deadline = _flush_deadline.get()
         if deadline is not None:
-            budget = max(0.001, min(budget, deadline - _Time.monotonic()))
+            budget = max(0.001, min(budget, deadline - SYSTEM_CLOCK.monotonic()))
         with pymongo.timeout(budget):
             reply = self._command(address, db, spec)
         self._commands += 1
@@ -269,7 +266,7 @@ class CursorReaper:
         seconds = _validate.timeout(timeout)  # math.inf means None
         if seconds is None:
             return self._reaper.flush(None)
-        token = _flush_deadline.set(_Time.monotonic() + seconds)
+        token = _flush_deadline.set(SYSTEM_CLOCK.monotonic() + seconds)
         try:
             return self._reaper.flush(seconds)
         finally:
@@ -283,7 +280,7 @@ class CursorReaper:
         if timeout is None:
             return self._reaper.close()
         seconds = _validate.seconds(timeout, "timeout")  # a close always has a deadline
-        token = _flush_deadline.set(_Time.monotonic() + seconds)
+        token = _flush_deadline.set(SYSTEM_CLOCK.monotonic() + seconds)
         try:
             return self._reaper.close(timeout=seconds)
         finally:

@@ -23,6 +23,8 @@ import pymongo
 from pymongo import uri_parser
 from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
 
+from executors.testing import free_port
+
 __all__ = ("PING_TIMEOUT", "EmbeddedServer", "check_uri", "server")
 
 
@@ -71,13 +73,6 @@ def _short(error: Exception | None) -> str:
 # -- the embedded server ---------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @final
 class EmbeddedServer:
     """nx-27017 (a MongoDB wire-protocol server over SQLite) on a free loopback port.
@@ -111,7 +106,7 @@ class EmbeddedServer:
     def __enter__(self) -> EmbeddedServer:
         executable = self._executable()
         self._dir = tempfile.TemporaryDirectory(prefix="executors-demo-")
-        self.port = _free_port()
+        self.port = free_port()
         log = Path(self._dir.name) / "nx-27017.log"
         self._proc = subprocess.Popen(
             [executable, "--db", "memory", "-p", str(self.port), "--log-file", str(log),

@@ -8,15 +8,14 @@ import dataclasses
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal, final
+from typing import Any, final
 
-from executors import _validate
+from executors import _periodic_args, _validate
+from executors._periodic_args import OnError
 
 __all__ = ("AsyncPeriodicExecutor", "AsyncPeriodicExecutorStatistics")
 
 logger = logging.getLogger("executors.aio.periodic")
-
-OnError = Literal["continue", "stop"]
 
 _names = itertools.count(1)
 
@@ -149,19 +148,8 @@ class AsyncPeriodicExecutor:
         *,
         on_error: OnError = "continue",
     ) -> None:
-        self._interval = _validate.seconds(interval, "interval")
-        self._min_interval = _validate.seconds(min_interval, "min_interval")
-        if self._min_interval > self._interval:
-            raise ValueError(
-                f"min_interval ({min_interval!r}) must not exceed interval ({interval!r}): "
-                "it throttles early wake-ups between regular runs"
-            )
-        if not callable(target):
-            raise TypeError(f"target must be callable, got {type(target).__name__}")
-        if name is not None and not isinstance(name, str):
-            raise TypeError(f"name must be a str or None, got {type(name).__name__}")
-        if on_error not in ("continue", "stop"):
-            raise ValueError(f"on_error must be 'continue' or 'stop', got {on_error!r}")
+        self._interval, self._min_interval = _periodic_args.check(
+            interval, min_interval, target, name, on_error)
         self._target = target
         self._name = name if name is not None else f"AsyncPeriodicExecutor-{next(_names)}"
         self._on_error: OnError = on_error

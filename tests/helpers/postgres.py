@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 
-from .ports import free_port
+from executors.testing import free_port
 
 __all__ = ("temporary_server",)
 

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pymongo
 import pytest
-from helpers.ports import free_port
 
-from executors.testing import wait_until
+from executors.testing import free_port, wait_until
 
 
 @dataclasses.dataclass(frozen=True)
