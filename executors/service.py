@@ -1,8 +1,9 @@
 """BackgroundService: many periodic jobs and one-shot tasks on one scheduler thread, few threads.
 
-The public face. The pieces behind it, one concept each: `executors._job` (a `Job`, its
-statistics and the bookkeeping of one run), `executors._scheduler` (the scheduler thread, its
-deadline heap and control messages) and `executors._pool` (the bounded worker pool).
+The public face. The pieces behind it, one concept each, in the private package
+`executors._service`: `job` (a `Job`, its statistics and the bookkeeping of one run),
+`scheduler` (the scheduler thread, its deadline heap and control messages) and `pool` (the
+bounded worker pool).
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from typing import Literal, TypeVar, TypeVarTuple, final, overload
 
 from . import _validate, registry
 from ._clock import SYSTEM_CLOCK, Clock, SystemClock
-from ._job import NO_PUBLIC_CONSTRUCTOR, Job, JobStatistics, OnError, Overrun, job_interval
-from ._pool import Pool, Submission
-from ._scheduler import Scheduler, shutting_down
+from ._service.job import NO_PUBLIC_CONSTRUCTOR, Job, JobStatistics, OnError, Overrun, job_interval
+from ._service.pool import Pool, Submission
+from ._service.scheduler import Scheduler, shutting_down
 from .errors import ShutdownError
 from .periodic import ForkPolicy
 

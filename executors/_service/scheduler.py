@@ -1,7 +1,7 @@
 """The scheduler thread of a `BackgroundService`: a deadline heap, its control messages, runs.
 
 One thread sleeps on the heap's earliest deadline through the clock (``SimpleQueue.get`` with
-a timeout: it never polls) and hands due runs to the pool (`executors._pool`), or runs light
+a timeout: it never polls) and hands due runs to the pool (`executors._service.pool`), or runs light
 ones itself. Everything else talks to it by a message in its queue, lock-free:
 
 - `Signal.NUDGE`: the heap changed, re-read the earliest deadline; `Signal.CLOSE`: stop.
@@ -26,14 +26,15 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, final
 
-from . import _threads, registry
-from ._clock import Clock, SystemClock
-from ._job import JobSlot
-from .periodic import ForkPolicy
+from executors import _threads, registry
+from executors._clock import Clock, SystemClock
+from executors.periodic import ForkPolicy
+
+from .job import JobSlot
 
 if TYPE_CHECKING:
-    from ._job import Job
-    from ._pool import Pool
+    from .job import Job
+    from .pool import Pool
 
 __all__ = ("Cancel", "Scheduler", "Signal", "Wake", "shutting_down")
 

@@ -10,8 +10,9 @@ import threading
 from collections.abc import Callable
 from typing import final
 
-from . import _threads
-from ._job import JobSlot
+from executors import _threads
+
+from .job import JobSlot
 
 __all__ = ("Pool", "Submission")
 

@@ -2,7 +2,7 @@
 
 `Job` is the public handle (control from any thread, a statistics snapshot) and owns what a
 run does: `Job._run_once` is the one per-run bookkeeping, used alike by a shared job's run (on
-the pool or the scheduler thread, see `executors._scheduler`) and by a dedicated job's
+the pool or the scheduler thread, see `executors._service.scheduler`) and by a dedicated job's
 `PeriodicExecutor`. Where the job stands in the schedule (heap token, due time, in flight) is
 the scheduler's, in the job's `JobSlot`: the job reads it, only the scheduler writes it.
 """
@@ -16,11 +16,11 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, final
 
-from . import _validate
-from .periodic import PeriodicExecutor
+from executors import _validate
+from executors.periodic import PeriodicExecutor
 
 if TYPE_CHECKING:
-    from ._scheduler import Scheduler
+    from .scheduler import Scheduler
 
 __all__ = ("Job", "JobSlot", "JobStatistics", "OnError", "Overrun", "job_interval")
 
@@ -103,7 +103,7 @@ class JobStatistics:
 
 @final
 class JobSlot:
-    """Where a job stands in its scheduler: written by `executors._scheduler` only (and, for
+    """Where a job stands in its scheduler: written by `executors._service.scheduler` only (and, for
     a dedicated job, whose scheduler is its own executor, `running`/`executing` by its run).
 
     Fields marked "under the lock" are written under the scheduler's lock; the flags are
