@@ -45,16 +45,26 @@ class PeriodicExecutorStatistics:
     #: "idle" (never opened), "open" (thread sleeping or about to run), "running" (target
     #: executing), "closing" (close requested, thread not yet gone) or "closed".
     state: str
+    #: Calls of the target that returned or raised (a call in progress is not counted yet).
     runs: int
     #: How many times the thread came out of its wait, for any reason. An idle executor adds
     #: one per due run and nothing in between (PyMongo's adds 1/min_interval per second).
     wakeups: int
     #: How many `wake()` calls were made.
     wake_requests: int
+    #: Calls of the target that raised an `Exception` (each is logged too).
     errors: int
+    #: ``"ExceptionType: message"`` of the latest call that raised, or None if none has.
     last_error: str | None
+    #: When the latest call of the target started (seconds on the executor's monotonic
+    #: clock), or None before the first.
     last_run_started: float | None
+    #: When the next call is due (seconds on the executor's monotonic clock). While the target
+    #: runs it still holds the due time of that run; None before the first run is scheduled
+    #: and once the executor is stopping or stopped.
     next_run_at: float | None
+    #: True while the executor's thread is alive (it outlives `close()` until its current run
+    #: returns).
     thread_alive: bool
     #: Bumped by every fork: the executor's internal state was rebuilt that many times.
     generation: int

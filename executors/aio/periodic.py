@@ -35,16 +35,26 @@ class AsyncPeriodicExecutorStatistics:
     #: "idle" (never opened), "open" (sleeping or about to run), "running" (target
     #: executing), "closing" (close requested, task not yet finished) or "closed".
     state: str
+    #: Awaited calls of the target that returned or raised (a call in progress is not
+    #: counted yet).
     runs: int
     #: How many times the task came out of its sleep, for any reason: one per due run plus one
     #: per wake()/update_interval()/close() that found it asleep; nothing in between.
     wakeups: int
     #: How many `wake()` calls were made.
     wake_requests: int
+    #: Calls of the target that raised an `Exception` (each is logged too).
     errors: int
+    #: ``"ExceptionType: message"`` of the latest call that raised, or None if none has.
     last_error: str | None
+    #: When the latest call of the target started (seconds on ``loop.time()``), or None before
+    #: the first.
     last_run_started: float | None
+    #: When the next call is due (seconds on ``loop.time()``). While the target runs it still
+    #: holds the due time of that run; None before the first run is scheduled and once the
+    #: executor is stopping or stopped.
     next_run_at: float | None
+    #: True while the executor's task exists and has not finished.
     task_alive: bool
 
 
