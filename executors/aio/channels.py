@@ -227,7 +227,9 @@ class Get(Operation, Generic[T_co]):
 class SendResult(Generic[T_co]):
     """The select completed `operation`: its value was taken by a getter or entered the buffer."""
 
+    #: The channel the value was sent on (the operation's channel).
     channel: Channel[T_co]
+    #: The very `Send` object of the select that completed (compare with ``is``).
     operation: Send[T_co]
 
 
@@ -236,8 +238,11 @@ class SendResult(Generic[T_co]):
 class GetResult(Generic[T_co]):
     """The select completed `operation`, receiving `value`."""
 
+    #: The channel the value was received from (the operation's channel).
     channel: Channel[T_co]
+    #: The very `Get` object of the select that completed (compare with ``is``).
     operation: Get[T_co]
+    #: The value received.
     value: T_co
 
 
@@ -249,7 +254,9 @@ class Closed(Generic[T_co]):
     Nothing was sent or received.
     """
 
+    #: The closed channel (the operation's channel).
     channel: Channel[T_co]
+    #: The very `Send` or `Get` object of the select that was chosen (compare with ``is``).
     operation: Send[T_co] | Get[T_co]
 
 
@@ -376,10 +383,16 @@ class ChannelStatistics:
     A parked select counts once in each queue of each channel it waits on.
     """
 
+    #: The buffer's capacity (``Channel(size)``); 0 for an unbuffered channel (a rendezvous).
     size: int
+    #: Values in the buffer now, sent and not yet received.
     buffered: int
+    #: True once `Channel.close` was called (buffered values can still be received).
     closed: bool
+    #: Senders parked until a getter or buffer room takes their value (selects with a send
+    #: case on this channel included).
     waiting_senders: int
+    #: Getters parked until a value arrives (selects with a get case on this channel included).
     waiting_getters: int
 
 

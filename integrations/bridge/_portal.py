@@ -48,6 +48,7 @@ Ts = TypeVarTuple("Ts")
 class PortalStatistics:
     """A snapshot of a `Portal`."""
 
+    #: The portal's name (``Portal(name=...)``, else ``Portal-N``); its own loop thread has it too.
     name: str
     #: "idle" (not opened), "open", "closing" or "closed".
     state: str
