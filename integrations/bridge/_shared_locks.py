@@ -7,7 +7,10 @@ short mutex, and a loop is touched only when a parked task must be resumed (thro
 
 The model is `executors.aio.Semaphore`'s (Guido van Rossum's restaurant: permits are tables, a
 waiter holds a buzzer), with a thread mutex instead of the loop's atomicity. State, under the
-mutex (``value``: free permits; ``woken``: tasks handed a permit that have not resumed yet)::
+mutex (``value``: free permits; ``woken``: tasks handed a permit that have not resumed yet,
+less the entries of ``resumed``, which a task appends to without the mutex when it resumes, so
+that it does not block its loop on the mutex a second time; sections that read ``woken`` fold
+``resumed`` into it first)::
 
     value >= 0 and woken >= 0
     value > 0  implies  no live waiter is in line      # no idle permit (research bug 1)
@@ -16,9 +19,12 @@ mutex (``value``: free permits; ``woken``: tasks handed a permit that have not r
 - **One strict FIFO, no barging.** A newcomer (thread or task) takes a permit only when one is
   free, which by the invariant means nobody waits; otherwise it parks at the tail. A release
   hands its permit straight to the head of the line (the waiter's one-shot claim, made under the
-  mutex, is the linearization point), so grant order is arrival order. Every section that adds a
-  permit (release, a hand-back, a dropped waiter) hands it on while both a permit and a live
-  waiter exist, whoever runs it: a permit never idles while someone waits.
+  mutex, is the linearization point), so grant order is arrival order. The wake-up of the waiter
+  (its lock released, its loop's waker posted) happens after the releaser leaves the mutex: woken
+  inside it, the waiter's thread may take the GIL while the mutex is still held and the next
+  party, often a loop thread, blocks on it (research/bridge_shared_state.md, risk 1). Every
+  section that adds a permit (release, a hand-back, a dropped waiter) hands it on while both a
+  permit and a live waiter exist, whoever runs it: a permit never idles while someone waits.
 - **Thread waiters** (`SharedThreadWaiter`) block on a lock of their own: the claim releases it,
   no loop is involved. A timeout that loses the race with a claim returns True.
 - **Task waiters** (`SharedTaskWaiter`) are resumed on their own loop: directly when the releaser
@@ -43,7 +49,7 @@ mutex (``value``: free permits; ``woken``: tasks handed a permit that have not r
 Atomic operations relied on (besides the mutex): those of `_shared_waiter` (the claim token's
 ``list.pop``, a thread waiter's lock) and `_waker` (``deque.append``/``popleft``), and
 ``deque.append``/``popleft`` on the deferred-release deque, which re-entrant callers append to
-without the mutex.
+without the mutex, and on the ``resumed`` deque, which resumed tasks append to without it.
 """
 
 from __future__ import annotations
@@ -100,8 +106,8 @@ class _SharedPermits:
     """The machinery of the three classes: permits, one FIFO line, a mutex, deferred ops."""
 
     __slots__ = (
-        "__weakref__", "_blocking", "_bound", "_deferred", "_left", "_line", "_mutex", "_value",
-        "_woken")
+        "__weakref__", "_blocking", "_bound", "_deferred", "_left", "_line", "_mutex", "_resumed",
+        "_value", "_woken")
 
     _blocking: _BlockingSharedPermits
 
@@ -109,33 +115,69 @@ class _SharedPermits:
         self._mutex = threading.RLock()  # an RLock only for _is_owned(): re-entry is detected
         self._value = value
         self._woken = 0
+        self._resumed: deque[None] = deque()  # one entry per woken task that resumed since
         self._bound = bound
         self._line: deque[SharedWaiter] = deque()  # arrival order; gone waiters are skipped
         self._left = 0  # parties that left the line themselves since the last compaction
-        self._deferred: deque[tuple[Callable[[Any], object], object]] = deque()
+        self._deferred: deque[tuple[Callable[[Any], list[SharedWaiter] | None], object]] = deque()
         _live.add(self)
 
     # -- sections (call with the mutex held) -----------------------------------------------
 
-    def _drain_locked(self) -> None:
-        """Hand free permits to the head of the line while both exist (dead waiters skipped)."""
+    def _drain_locked(self) -> list[SharedWaiter]:
+        """Hand free permits to the head of the line while both exist (dead waiters skipped).
+
+        Returns the waiters handed a permit: the caller wakes them (`_wake`) after it left the
+        mutex. The hand-off itself (the take) is done here, so FIFO order is decided here.
+        """
         line = self._line
+        taken: list[SharedWaiter] = []
         while self._value and line:
             waiter = line.popleft()
-            if waiter.claim(_GRANTED):
+            if waiter.take(_GRANTED):
                 self._value -= 1
                 if waiter.resumes_on_loop:
                     self._woken += 1
+                taken.append(waiter)
+        return taken
 
-    def _give_locked(self, n: int = 1) -> None:
+    def _give_locked(self, n: int = 1) -> list[SharedWaiter] | None:
         self._value += n
         if self._line:
-            self._drain_locked()
+            return self._drain_locked()
+        return None
+
+    def _fold_locked(self) -> None:
+        """Make ``_woken`` exact: subtract the tasks that resumed (appended without the mutex)."""
+        resumed = self._resumed
+        n = 0
+        while resumed:
+            resumed.popleft()
+            n += 1
+        self._woken -= n
+
+    def _woken_now(self) -> int:
+        """Woken tasks not resumed yet, without the mutex (a snapshot for the views)."""
+        return max(self._woken - len(self._resumed), 0)
+
+    def _wake(self, taken: list[SharedWaiter]) -> None:
+        """Wake the waiters a section handed permits to; call it after leaving the mutex."""
+        for waiter in taken:
+            if not waiter.wake():
+                # Its loop closed after the take: the task never resumes, the permit goes on.
+                self._locked_or_deferred(self._undo_locked, waiter)
+
+    def _undo_locked(self, waiter: SharedWaiter) -> list[SharedWaiter] | None:
+        if waiter.value is UNSET:  # its coroutine was closed first and handed the permit back
+            return None
+        waiter.value = UNSET
+        self._woken -= 1  # only task waiters fail to wake
+        return self._give_locked()
 
     def _check_release_locked(self, n: int) -> None:
         """Raise if releasing `n` permits is an over-release (classes with a bound); no change."""
 
-    def _leave_locked(self, waiter: SharedWaiter) -> None:
+    def _leave_locked(self, waiter: SharedWaiter) -> list[SharedWaiter] | None:
         """A waiter gives up: leave the line, or hand back what it was handed."""
         if waiter.abandon() or waiter.value is UNSET:
             # It owns nothing: it gave up now, or earlier (a thread's timeout), or a claim found
@@ -146,12 +188,14 @@ class _SharedPermits:
             if self._left * 2 > len(line) > _COMPACT_MIN:
                 self._line = deque(w for w in line if w.waiting)
                 self._left = 0
-        else:
-            # Claimed first: it owns a permit it will not use (a task claimed then cancelled
-            # before it resumed, or a thread interrupted after the hand-off). Pass it on.
-            if waiter.resumes_on_loop:
-                self._woken -= 1
-            self._give_locked()
+            return None
+        # Claimed first: it owns a permit it will not use (a task claimed then cancelled
+        # before it resumed, or a thread interrupted after the hand-off). Pass it on, once
+        # (`_undo_locked` checks the reset value).
+        waiter.value = UNSET
+        if waiter.resumes_on_loop:
+            self._woken -= 1
+        return self._give_locked()
 
     # -- mutex entry and exit ----------------------------------------------------------------
 
@@ -166,18 +210,26 @@ class _SharedPermits:
         mutex = self._mutex
         deferred = self._deferred
         while deferred and not mutex._is_owned():  # type: ignore[attr-defined]
+            taken: list[SharedWaiter] = []
             mutex.acquire()
             try:
                 while deferred:
                     section, arg = deferred.popleft()
                     try:
-                        section(arg)
+                        more = section(arg)
                     except Exception as exc:  # a deferred over-release: nobody to raise it to
                         sys.unraisablehook(_unraisable(exc, self))  # type: ignore[arg-type]
+                    else:
+                        if more:
+                            taken += more
             finally:
                 mutex.release()
+                if taken:
+                    self._wake(taken)
 
-    def _locked_or_deferred(self, section: Callable[[_A], object], arg: _A) -> None:
+    def _locked_or_deferred(
+        self, section: Callable[[_A], list[SharedWaiter] | None], arg: _A,
+    ) -> None:
         """Run ``section(arg)`` under the mutex; if this thread is already inside it (re-entry
         from a finalizer or signal handler), defer it to the end of the interrupted section."""
         mutex = self._mutex
@@ -186,11 +238,16 @@ class _SharedPermits:
             # coroutine closed by the garbage collector) leaves or hands back a little later.
             self._deferred.append((section, arg))
             return
+        taken = None
         mutex.acquire()
         try:
-            section(arg)
+            taken = section(arg)
         finally:
-            self._exit()
+            mutex.release()
+            if taken:
+                self._wake(taken)
+            if self._deferred:
+                self._run_deferred()
 
     def _release(self, n: int = 1) -> None:
         # _locked_or_deferred(_release_locked, n) inlined: the hot path of every hand-off.
@@ -198,23 +255,30 @@ class _SharedPermits:
         if mutex._is_owned():  # type: ignore[attr-defined]
             self._deferred.append((self._release_locked, n))  # see _locked_or_deferred
             return
+        taken = None
         mutex.acquire()
         try:
+            if self._resumed:
+                self._fold_locked()
             if self._bound is not None:
                 self._check_release_locked(n)
             self._value += n
             if self._line:
-                self._drain_locked()
+                taken = self._drain_locked()
         finally:
             mutex.release()
+            if taken:
+                self._wake(taken)  # after the mutex: see the module docstring
             if self._deferred:
                 self._run_deferred()
 
-    def _release_locked(self, n: int) -> None:
+    def _release_locked(self, n: int) -> list[SharedWaiter] | None:
         # Keep in step with _release.
+        if self._resumed:
+            self._fold_locked()
         if self._bound is not None:
             self._check_release_locked(n)
-        self._give_locked(n)
+        return self._give_locked(n)
 
     def _try_take(self, what: str) -> bool:
         mutex = self._mutex
@@ -251,11 +315,7 @@ class _SharedPermits:
             # pass on a permit claimed for us before we resumed.
             self._leave(waiter)
             raise
-        mutex.acquire()
-        try:
-            self._woken -= 1  # resumed: the permit is ours
-        finally:
-            self._exit()
+        self._resumed.append(None)  # resumed: the permit is ours (no second trip on the mutex)
 
     def _leave(self, waiter: SharedWaiter) -> None:
         self._locked_or_deferred(self._leave_locked, waiter)
@@ -342,6 +402,7 @@ class _SharedPermits:
         # Woken tasks of dead loops never resume: their permits are as lost as those held by
         # the parent's other threads (threading's primitives behave the same).
         self._woken = 0
+        self._resumed.clear()
 
     # -- views -------------------------------------------------------------------------------
 
@@ -359,8 +420,9 @@ class _SharedPermits:
         waiting = self._waiting()
         if waiting:
             extra += f", waiters:{waiting}"
-        if self._woken:
-            extra += f", woken:{self._woken}"
+        woken = self._woken_now()
+        if woken:
+            extra += f", woken:{woken}"
         return extra
 
 
@@ -439,7 +501,7 @@ class SharedSemaphore(_SharedPermits):
 
     def statistics(self) -> SemaphoreStatistics:
         """A frozen snapshot: free value, level, waiting, woken and locked."""
-        value, woken = self._value, self._woken
+        value, woken = self._value, self._woken_now()
         return SemaphoreStatistics(value=value, level=value + woken, waiting=self._waiting(),
                                    woken=woken, locked=not value)
 
@@ -531,7 +593,7 @@ class SharedLock(_SharedPermits):
     def statistics(self) -> LockStatistics:
         """A frozen snapshot: locked, waiting and woken."""
         return LockStatistics(locked=not self._value, waiting=self._waiting(),
-                              woken=self._woken)
+                              woken=self._woken_now())
 
     def _format(self) -> str:
         return self._line_state("locked" if not self._value else "unlocked")

@@ -16,6 +16,14 @@ waiters below, in a FIFO of its own. The API, for a primitive's author:
   `claim` never blocks and runs no user code: a thread waiter's lock is released, a task
   waiter's future is resolved directly when the claimer runs on the task's loop, else posted to
   the loop's waker (one ``call_soon_threadsafe`` per burst).
+- **Or hand over now, wake later.** ``w.take(value)`` is the claim without the wake-up (same
+  linearization point, same result); the claimer calls ``w.wake()`` for every taken waiter
+  *after* releasing the mutex. Waking inside the mutex lets the woken thread take the GIL while
+  the mutex is still held, and the next party (often the loop thread) then blocks on that mutex
+  (research/bridge_shared_state.md, risk 1). ``wake()`` is False only for a task whose loop
+  closed between the take and the wake: the primitive then takes its mutex again and, if
+  ``w.value`` is still set, resets it to `UNSET` and hands the value back as if the take had
+  failed (whoever else hands a claimed waiter's value back resets it too, so it goes back once).
 - **Wait.** A thread calls ``w.wait(timeout)``: True when claimed (the value is in ``w.value``),
   False when the timeout expired and the thread gave up first (it owns nothing; remove its
   registration under the mutex). A timeout that loses the race with a claim returns True: the
@@ -85,6 +93,25 @@ class SharedWaiter:
 
     def claim(self, value: object) -> bool:
         """Store `value` and take the waiter, under the primitive's mutex; True if it took it."""
+        if not self.take(value):
+            return False
+        if self.wake():
+            return True
+        self.value = UNSET  # see SharedTaskWaiter.wake: the claimer keeps the value
+        return False
+
+    def take(self, value: object) -> bool:
+        """`claim` without the wake-up: the caller calls `wake` after leaving its mutex."""
+        token = self._token
+        try:
+            token.pop()
+        except IndexError:
+            return False
+        self.value = value
+        return True
+
+    def wake(self) -> bool:
+        """Start the wake-up of a taken waiter (no lock needed); False: its loop is closed."""
         raise NotImplementedError
 
     def abandon(self) -> bool:
@@ -115,17 +142,12 @@ class SharedThreadWaiter(SharedWaiter):
     resumes_on_loop: ClassVar[bool] = False
 
     def __init__(self) -> None:
-        super().__init__()
+        self._token = [None]  # SharedWaiter.__init__ inlined: made on every parking
+        self.value = UNSET
         self._parked = threading.Lock()
         self._parked.acquire()  # released once, by the claimer, after storing the value
 
-    def claim(self, value: object) -> bool:
-        token = self._token
-        try:
-            token.pop()
-        except IndexError:
-            return False
-        self.value = value
+    def wake(self) -> bool:
         self._parked.release()
         return True
 
@@ -181,7 +203,8 @@ class SharedTaskWaiter(SharedWaiter):
     resumes_on_loop: ClassVar[bool] = True
 
     def __init__(self) -> None:
-        super().__init__()
+        self._token = [None]  # SharedWaiter.__init__ inlined: made on every parking
+        self.value = UNSET
         loop = asyncio.get_running_loop()
         self._loop = loop
         self.future: asyncio.Future[None] = loop.create_future()
@@ -191,26 +214,21 @@ class SharedTaskWaiter(SharedWaiter):
     def loop(self) -> asyncio.AbstractEventLoop:
         return self._loop
 
-    def claim(self, value: object) -> bool:
-        loop = self._loop
-        if loop.is_closed():
+    def take(self, value: object) -> bool:
+        if self._loop.is_closed():
             self.abandon()  # dead: nobody can ever resume it
             return False
-        token = self._token
-        try:
-            token.pop()
-        except IndexError:
-            return False
-        self.value = value
+        return SharedWaiter.take(self, value)
+
+    def wake(self) -> bool:
+        # False: the loop closed after the take, the task never resumes, so it never took the
+        # value. `claim` undoes the store at once (nobody else can see this waiter: its token is
+        # gone); a primitive that woke after leaving its mutex undoes it under the mutex.
+        loop = self._loop
         if asyncio._get_running_loop() is loop:
             _resume(self.future)
-        elif not self.waker.post(_resume, self.future):  # type: ignore[arg-type]
-            # The loop closed meanwhile: the task never resumes, so it never took the value.
-            # Nobody else can see this waiter any more (its token is gone): undo the store and
-            # report failure, the claimer keeps the value and serves the next party.
-            self.value = UNSET
-            return False
-        return True
+            return True
+        return self.waker.post(_resume, self.future)  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
         state = "claimed" if self.claimed else "waiting" if self._token else "gave up"

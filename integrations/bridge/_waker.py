@@ -86,6 +86,9 @@ _wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWaker] = (
     weakref.WeakKeyDictionary()
 )
 _wakers_lock = threading.Lock()
+#: The waker last looked up (any thread's). It holds its loop weakly, so it keeps nothing alive;
+#: a stale entry only misses (its loop is another one, or collected: the reference reads None).
+_last: list[LoopWaker | None] = [None]
 
 
 def waker_for(loop: asyncio.AbstractEventLoop) -> LoopWaker:
@@ -95,10 +98,14 @@ def waker_for(loop: asyncio.AbstractEventLoop) -> LoopWaker:
     Call it on the loop's own thread when a task parks, and keep the result on the waiter: the
     thread that later resumes the task then needs no lookup.
     """
-    waker = _wakers.get(loop)
+    last = _last[0]  # one attribute read: the common case is one loop parking over and over
+    if last is not None and last._loop_ref() is loop:
+        return last
+    waker = _wakers.get(loop)  # a WeakKeyDictionary lookup makes a weakref per call
     if waker is None:
         with _wakers_lock:
             waker = _wakers.get(loop)
             if waker is None:
                 waker = _wakers[loop] = LoopWaker(loop)
+    _last[0] = waker
     return waker
