@@ -6,7 +6,6 @@ import asyncio
 import contextvars
 import dataclasses
 import inspect
-import math
 import sys
 import threading
 from collections.abc import Awaitable, Callable
@@ -15,7 +14,7 @@ from concurrent.futures import wait as wait_futures
 from types import TracebackType
 from typing import Self, TypeVar, TypeVarTuple, Unpack, final, overload
 
-from executors import _threads, registry
+from executors import _threads, _validate, registry
 from executors.aio import Channel as _Channel
 from executors.aio import Lock, Operation, SelectResult, Semaphore
 from executors.errors import ShutdownError
@@ -205,13 +204,10 @@ class Portal(PortalCore):
         thread (it cannot wait for itself).
 
         Raises:
-            TypeError, ValueError: `timeout` is not a finite number >= 0 or None.
+            TypeError, ValueError: `timeout` is not None or a number >= 0 (``math.inf`` waits
+                as long as None does: the library's one rule, `executors._validate`).
         """
-        if timeout is not None:
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-                raise TypeError(f"timeout must be a number or None, got {type(timeout).__name__}")
-            if math.isnan(timeout) or math.isinf(timeout) or timeout < 0:
-                raise ValueError(f"timeout must be a finite number >= 0, got {timeout!r}")
+        timeout = _validate.timeout(timeout)
         if self._state == "idle":
             return True
         if threading.get_ident() == self._loop_ident:

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import math
 from collections.abc import Callable, Coroutine, Iterator
 from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, TypeVarTuple, Unpack, final
 
-from executors import CancelToken
+from executors import CancelToken, _validate
 from executors.aio import (
     Channel,
     GetResult,
@@ -52,18 +51,6 @@ _CLOSED: Any = _channels_protocol._CLOSED
 _ALL_CLOSED: Any = _channels_protocol._ALL_CLOSED
 
 
-def check_timeout(timeout: object) -> float | None:
-    """None, or a number of seconds >= 0 (infinity means None)."""
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(f"timeout must be a number of seconds or None, got "
-                        f"{type(timeout).__name__}")
-    if math.isnan(timeout) or timeout < 0:
-        raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout!r}")
-    return None if math.isinf(timeout) else float(timeout)
-
-
 # -- semaphore and lock -----------------------------------------------------------------------
 
 
@@ -89,7 +76,7 @@ class _BlockingPermits:
             RuntimeError: called from the loop's own thread.
             ShutdownError: the portal closed.
         """
-        seconds = check_timeout(timeout)
+        seconds = _validate.timeout(timeout)
         if not blocking and timeout is not None:
             raise ValueError("can't specify a timeout for a non-blocking call")
         if not blocking or seconds == 0:
@@ -207,7 +194,7 @@ class BlockingChannel(Generic[T]):
             TimeoutError: not sent within `timeout` seconds (it never will be).
             ChannelClosed: the channel is closed, now or while waiting.
         """
-        seconds = check_timeout(timeout)
+        seconds = _validate.timeout(timeout)
         resolved, payload = self._portal._blocking(partial(self._attempt_send, value), seconds)
         if not resolved:
             raise TimeoutError(f"send: not taken within {timeout} s (the value was not sent)")
@@ -231,7 +218,7 @@ class BlockingChannel(Generic[T]):
             TimeoutError: no value within `timeout` seconds (none was taken).
             ChannelClosed: the channel is closed and drained.
         """
-        seconds = check_timeout(timeout)
+        seconds = _validate.timeout(timeout)
         resolved, payload = self._portal._blocking(self._attempt_get, seconds, self._put_back)
         if not resolved:
             raise TimeoutError(f"get: no value within {timeout} s")
@@ -307,7 +294,7 @@ def select_blocking(
     portal: Portal, operations: tuple[Operation, ...], timeout: float | None, ordered: bool
 ) -> SelectResult:
     """`Portal.select`: park one ThreadWaiter on every channel of `operations`."""
-    seconds = check_timeout(timeout)
+    seconds = _validate.timeout(timeout)
     select = Select(*operations, ordered=ordered)
 
     def attempt(waiter: ThreadWaiter) -> None:
