@@ -7,12 +7,18 @@ Measures, interleaved round by round (the harness's rule: ratios, never lone abs
   research addendum's method: against a second loop thread the ratio mostly measures which CPU
   each thread landed on), anyio's ``BlockingPortal.call`` and asgiref's ``async_to_sync`` from a
   plain thread (which starts a loop per call; fewer calls per round);
-- messages from a plain thread to a task, and from a task to a plain thread, through a bounded
-  queue of 64: ours (an `executors.aio.Channel(64)` and its `Portal.channel` view), janus
-  (``sync_q``/``async_q``) and culsans;
-- thread+task contention: 4 threads and 4 tasks take turns on one semaphore of 2 permits (tasks
-  hold it across one ``sleep(0)``): ours (`executors.aio.Semaphore` and `Portal.semaphore`,
-  one strict FIFO for threads and tasks) and aiologic's ``Semaphore`` (usable from both sides).
+- messages from a plain thread to a task, and from a task to a plain thread, through bounded
+  queues of 64 and 1: ours (`SharedChannel`, its ``.blocking`` view for the thread), janus
+  (``sync_q``/``async_q``), culsans and aiologic's ``Queue``; `integrations.bridge.Queue`
+  against janus;
+- the loop-only primitives reached from a thread through a Portal (an `executors.aio.Channel(64)`
+  and its `Portal.channel` view; an `executors.aio.Semaphore` and `Portal.semaphore` under the
+  contention below), beside the shared equivalent of the same shape (`SharedChannel`,
+  `SharedSemaphore`) as the rows' reference column, with no peer: they show what the loop round
+  trip costs, which is why a thread that meets tasks often should use the shared primitives;
+- thread+task contention (`_bridge_permits`): 4 threads and 4 tasks take turns on one semaphore
+  of 2 permits (tasks hold it across one ``sleep(0)``): `SharedSemaphore`, aiologic's
+  ``Semaphore`` and a floor; and the loop lag that contention causes, beside culsans.
 
 The loop side of every contender runs on one portal loop thread (anyio: its own portal thread).
 
@@ -36,7 +42,7 @@ from asgiref.sync import async_to_sync
 from benchmarks._harness import OURS, Metric, run_area
 from executors import ThreadGroup
 from executors.aio import Channel, Semaphore
-from integrations.bridge import Portal, SharedChannel
+from integrations.bridge import Portal, SharedChannel, SharedSemaphore
 from integrations.bridge import Queue as BridgeQueue
 
 __all__ = ("main", "metrics")
@@ -261,20 +267,32 @@ def task_to_thread_peer(kind: str, n: int, size: int = QUEUE_SIZE) -> Sample:
 THREADS, TASKS, PERMITS = 4, 4, 2
 
 
-def contention_ours(iters: int) -> Sample:
+def _semaphore(kind: str) -> tuple[Any, Any]:
+    """(the tasks' async context manager, the threads' one) for a semaphore of `kind`."""
+    if kind == "Portal":
+        sem = Semaphore(PERMITS)  # loop-only: threads reach it through the portal's view
+        return sem, _portal().semaphore(sem)
+    if kind == "SharedSemaphore":
+        shared = SharedSemaphore(PERMITS)
+        return shared, shared.blocking
+    peer = aiologic.Semaphore(PERMITS)
+    return peer, peer
+
+
+def contention(kind: str, iters: int) -> Sample:
+    """Acquisitions/s of 4 threads + 4 tasks (tasks hold it across one sleep(0)) on 2 permits."""
     def sample() -> float:
         portal = _portal()
-        sem = Semaphore(PERMITS)
-        view = portal.semaphore(sem)
+        for_tasks, for_threads = _semaphore(kind)
 
         async def task() -> None:
             for _ in range(iters):
-                async with sem:
+                async with for_tasks:
                     await asyncio.sleep(0)
 
         def thread() -> None:
             for _ in range(iters):
-                with view:
+                with for_threads:
                     pass
 
         start = time.perf_counter()
@@ -289,31 +307,11 @@ def contention_ours(iters: int) -> Sample:
     return sample
 
 
-def contention_aiologic(iters: int) -> Sample:
-    def sample() -> float:
-        portal = _portal()
-        sem = aiologic.Semaphore(PERMITS)
-
-        async def task() -> None:
-            for _ in range(iters):
-                async with sem:
-                    await asyncio.sleep(0)
-
-        def thread() -> None:
-            for _ in range(iters):
-                with sem:
-                    pass
-
-        start = time.perf_counter()
-        with ThreadGroup() as group:
-            futures = [portal.start_task_soon(task) for _ in range(TASKS)]
-            for _ in range(THREADS):
-                group.start(thread)
-        for f in futures:
-            f.result()
-        return (THREADS + TASKS) * iters / (time.perf_counter() - start)
-
-    return sample
+#: The reference column of the loop-only-through-a-Portal rows: our shared primitive of the same
+#: shape, no Portal. Marked as those rows' floor, so they claim no advantage over a peer: the
+#: loop-only primitives are for loop-side code, and a thread that meets tasks often should use
+#: the shared one (the peers are compared with that in the rows above).
+SHARED = "shared equivalent (no Portal)"
 
 
 def metrics(quick: bool) -> list[Metric]:
@@ -344,22 +342,27 @@ def metrics(quick: bool) -> list[Metric]:
         }, note="integrations.bridge.Queue, the janus drop-in, through sync_q/async_q")
           for direction, run in (("thread->task", thread_to_task_peer),
                                  ("task->thread", task_to_thread_peer))],
-        Metric("thread->task messages via Portal", "msgs/s", "higher", {
+        Metric(f"thread->task messages, loop-only Channel({QUEUE_SIZE}) via Portal", "msgs/s",
+               "higher", {
             OURS: thread_to_task_ours(messages),
-            "janus": thread_to_task_peer("janus", messages),
-            "culsans": thread_to_task_peer("culsans", messages),
-        }, note=f"bounded queue of {QUEUE_SIZE}; ours: a loop-only Channel({QUEUE_SIZE}) + "
-                "Portal.channel (a loop round trip per operation)"),
-        Metric("task->thread messages via Portal", "msgs/s", "higher", {
+            SHARED: thread_to_task_peer("SharedChannel", messages),
+        }, floor=SHARED, note=f"ours: a loop-only Channel({QUEUE_SIZE}) + Portal.channel (a "
+                              f"loop round trip per operation); reference: SharedChannel"
+                              f"({QUEUE_SIZE}); no peer comparison (see the SharedChannel rows)"),
+        Metric(f"task->thread messages, loop-only Channel({QUEUE_SIZE}) via Portal", "msgs/s",
+               "higher", {
             OURS: task_to_thread_ours(messages),
-            "janus": task_to_thread_peer("janus", messages),
-            "culsans": task_to_thread_peer("culsans", messages),
-        }, note=f"bounded queue of {QUEUE_SIZE}; ours: loop-only Channel + Portal.channel"),
-        Metric("thread+task semaphore contention", "acquisitions/s", "higher", {
-            OURS: contention_ours(iters),
-            "aiologic": contention_aiologic(iters),
-        }, note=f"{THREADS} threads + {TASKS} tasks on {PERMITS} permits; ours is strict FIFO "
-                "across threads and tasks"),
+            SHARED: task_to_thread_peer("SharedChannel", messages),
+        }, floor=SHARED, note=f"ours: a loop-only Channel({QUEUE_SIZE}) + Portal.channel; "
+                              f"reference: SharedChannel({QUEUE_SIZE}); no peer comparison"),
+        Metric("thread+task semaphore contention, loop-only Semaphore via Portal",
+               "acquisitions/s", "higher", {
+            OURS: contention("Portal", iters),
+            SHARED: contention("SharedSemaphore", iters),
+        }, floor=SHARED, note=f"{THREADS} threads + {TASKS} tasks on {PERMITS} permits; ours: "
+                              "executors.aio.Semaphore + Portal.semaphore (strict FIFO); "
+                              "reference: SharedSemaphore; no peer comparison (aiologic is "
+                              "compared with SharedSemaphore in the shared semaphore row)"),
     ]
 
 
