@@ -61,12 +61,13 @@ import threading
 import types
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Final, Literal, Self, TypeVar, final
 
 from executors import _validate
 from executors.aio import LockStatistics, SemaphoreStatistics
+from executors.aio.locks import _READY
 from executors.errors import WouldBlock
 
 from ._shared_waiter import UNSET, SharedTaskWaiter, SharedThreadWaiter, SharedWaiter
@@ -267,8 +268,10 @@ class _SharedPermits:
                 taken = self._drain_locked()
         finally:
             mutex.release()
-            if taken:
-                self._wake(taken)  # after the mutex: see the module docstring
+            if taken:  # after the mutex: see the module docstring (_wake inlined)
+                for waiter in taken:
+                    if not waiter.wake():
+                        self._locked_or_deferred(self._undo_locked, waiter)
             if self._deferred:
                 self._run_deferred()
 
@@ -295,7 +298,8 @@ class _SharedPermits:
 
     # -- task side ---------------------------------------------------------------------------
 
-    async def _acquire_task(self) -> None:
+    def _take_or_park(self) -> SharedTaskWaiter | None:
+        """A task's entry: take a free permit (None), else park a waiter at the tail (it)."""
         mutex = self._mutex
         if mutex._is_owned():  # type: ignore[attr-defined]
             raise _reentry_error("acquire()")
@@ -303,11 +307,17 @@ class _SharedPermits:
         try:
             if self._value:
                 self._value -= 1
-                return
+                return None
             waiter = SharedTaskWaiter()
             self._line.append(waiter)
+            return waiter
         finally:
-            self._exit()
+            mutex.release()  # _exit() inlined
+            if self._deferred:
+                self._run_deferred()
+
+    async def _await_permit(self, waiter: SharedTaskWaiter) -> None:
+        # Keep in step with acquire(), which inlines this (one coroutine per parked acquire).
         try:
             await waiter.future
         except BaseException:
@@ -320,16 +330,22 @@ class _SharedPermits:
     def _leave(self, waiter: SharedWaiter) -> None:
         self._locked_or_deferred(self._leave_locked, waiter)
 
-    async def __aenter__(self) -> None:
-        await self._acquire_task()
+    def __aenter__(self) -> Awaitable[None]:
+        # A plain function, as executors.aio.Semaphore's: `async with` awaits what it returns.
+        # A free permit then costs no coroutine at all, a parked task one (not two).
+        waiter = self._take_or_park()
+        if waiter is None:
+            return _READY
+        return self._await_permit(waiter)
 
-    async def __aexit__(
+    def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:
+    ) -> Awaitable[None]:
         self._release()
+        return _READY  # awaits to None: exceptions are not suppressed
 
     async def acquire(self) -> Literal[True]:
         """Take a permit (the lock), waiting in FIFO order behind threads and tasks if none is free.
@@ -341,7 +357,14 @@ class _SharedPermits:
                 permit handed to it meanwhile goes to the next waiter.
             RuntimeError: called re-entrantly from a finalizer inside this primitive.
         """
-        await self._acquire_task()
+        waiter = self._take_or_park()
+        if waiter is not None:  # _await_permit inlined: one coroutine, not two
+            try:
+                await waiter.future
+            except BaseException:
+                self._leave(waiter)  # see _await_permit
+                raise
+            self._resumed.append(None)
         return True
 
     def acquire_nowait(self) -> None:

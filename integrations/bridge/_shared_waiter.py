@@ -224,9 +224,10 @@ class SharedTaskWaiter(SharedWaiter):
         # False: the loop closed after the take, the task never resumes, so it never took the
         # value. `claim` undoes the store at once (nobody else can see this waiter: its token is
         # gone); a primitive that woke after leaving its mutex undoes it under the mutex.
-        loop = self._loop
-        if asyncio._get_running_loop() is loop:
-            _resume(self.future)
+        if asyncio._get_running_loop() is self._loop:
+            future = self.future  # _resume inlined: the hand-off between tasks of one loop
+            if not future.done():
+                future.set_result(None)
             return True
         return self.waker.post(_resume, self.future)  # type: ignore[arg-type]
 
