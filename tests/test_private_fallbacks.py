@@ -187,3 +187,57 @@ def test_without_is_gil_enabled_the_portal_hooks_its_loop_and_serves_calls() -> 
     assert result.returncode == 0, result.stderr
     assert "call: 42" in result.stdout
     assert "hooked: True" in result.stdout
+
+
+def test_without_get_running_loop_the_shared_primitives_still_hand_over() -> None:
+    """Without ``asyncio._get_running_loop`` the bridge's hand-offs use the public call.
+
+    A fresh interpreter hides the private function before the bridge is imported; a thread
+    then hands a permit and a value to tasks parked on a loop in another thread, and a task
+    hands to a task of its own loop (the path that asks for the running loop).
+    """
+    script = textwrap.dedent(
+        """
+        import asyncio, threading
+        del asyncio._get_running_loop
+        import asyncio.events
+        from integrations.bridge import SharedChannel, SharedSemaphore, _waker
+        assert _waker.running_loop is _waker._running_loop_or_none
+        assert _waker.running_loop() is None
+
+        sem = SharedSemaphore(0)
+        channel = SharedChannel()
+        parked = threading.Event()
+
+        async def main():
+            assert _waker.running_loop() is asyncio.get_running_loop()
+            getter = asyncio.ensure_future(channel.get())
+            async def acquire():
+                await sem.acquire()
+                return "permit"
+            acquirer = asyncio.ensure_future(acquire())
+            await asyncio.sleep(0)
+            parked.set()
+            assert await acquirer == "permit"
+            assert await getter == 7
+            same_loop = asyncio.ensure_future(channel.get())
+            await asyncio.sleep(0)
+            await channel.send(8)
+            assert await same_loop == 8
+
+        def thread():
+            assert parked.wait(10)
+            sem.blocking.release()
+            channel.blocking.send(7)
+
+        t = threading.Thread(target=thread)
+        t.start()
+        asyncio.run(main())
+        t.join()
+        print("ok")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"

@@ -54,6 +54,7 @@ from executors.aio.channels import (
 from executors.errors import ChannelClosed, WouldBlock
 
 from ._shared_waiter import SharedTaskWaiter, SharedThreadWaiter, SharedWaiter
+from ._waker import running_loop
 
 __all__ = ("SharedChannel", "BlockingSharedChannel", "select_blocking")
 
@@ -887,7 +888,7 @@ def _after_fork_in_child() -> None:
     # Only the forking thread survives: every parked thread is gone, and so is every loop but
     # (perhaps) the one this thread runs. Drop their waiters; the mutex may have been held by a
     # thread that no longer exists.
-    running = asyncio._get_running_loop()
+    running = running_loop()
     for channel in list(_channels):
         channel._mutex = threading.RLock()
         channel._deferred.clear()

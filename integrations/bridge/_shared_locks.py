@@ -71,6 +71,7 @@ from executors.aio.locks import _READY
 from executors.errors import WouldBlock
 
 from ._shared_waiter import UNSET, SharedTaskWaiter, SharedThreadWaiter, SharedWaiter
+from ._waker import running_loop
 
 __all__ = (
     "SharedSemaphore",
@@ -724,24 +725,29 @@ class BlockingSharedLock(_BlockingSharedPermits):
 # -- fork ----------------------------------------------------------------------------------
 
 
-_forking_loop: list[asyncio.AbstractEventLoop | None] = [None]
+@final
+class _Fork:
+    """The forking thread's running loop, read before the fork: on 3.12+ asyncio's own
+    after-fork hook forgets the running loop in the child, and the child keeps only the tasks
+    of that loop."""
 
+    loop: asyncio.AbstractEventLoop | None = None
 
-def _before_fork() -> None:
-    # Read before the fork: on 3.12+ asyncio's own after-fork hook forgets the running loop.
-    _forking_loop[0] = asyncio._get_running_loop()
+    @classmethod
+    def before(cls) -> None:
+        cls.loop = running_loop()
 
+    @classmethod
+    def after_in_parent(cls) -> None:
+        cls.loop = None
 
-def _after_fork_in_parent() -> None:
-    _forking_loop[0] = None
-
-
-def _after_fork_in_child() -> None:
-    loop, _forking_loop[0] = _forking_loop[0], None
-    for permits in list(_live):
-        permits._after_fork_in_child(loop)
+    @classmethod
+    def after_in_child(cls) -> None:
+        loop, cls.loop = cls.loop, None
+        for permits in list(_live):
+            permits._after_fork_in_child(loop)
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
-                        after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=_Fork.before, after_in_parent=_Fork.after_in_parent,
+                        after_in_child=_Fork.after_in_child)

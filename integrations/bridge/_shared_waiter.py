@@ -61,7 +61,7 @@ import asyncio
 import threading
 from typing import ClassVar, Final, final
 
-from ._waker import LoopWaker, waker_for
+from ._waker import LoopWaker, running_loop, waker_for
 
 __all__ = ("SharedWaiter", "SharedThreadWaiter", "SharedTaskWaiter", "UNSET")
 
@@ -224,7 +224,7 @@ class SharedTaskWaiter(SharedWaiter):
         # False: the loop closed after the take, the task never resumes, so it never took the
         # value. `claim` undoes the store at once (nobody else can see this waiter: its token is
         # gone); a primitive that woke after leaving its mutex undoes it under the mutex.
-        if asyncio._get_running_loop() is self._loop:
+        if running_loop() is self._loop:
             future = self.future  # _resume inlined: the hand-off between tasks of one loop
             if not future.done():
                 future.set_result(None)

@@ -25,7 +25,21 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final, final
 
-__all__ = ("LoopWaker", "waker_for")
+__all__ = ("LoopWaker", "waker_for", "running_loop")
+
+
+def _running_loop_or_none() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+#: The running loop of this thread, or None: no exception on the hot path of a hand-off.
+#: ``asyncio._get_running_loop`` is private but exported in ``asyncio.events.__all__`` for
+#: third-party loops (uvloop calls it); where it is absent, the public call stands in.
+running_loop: Callable[[], asyncio.AbstractEventLoop | None] = getattr(
+    asyncio, "_get_running_loop", _running_loop_or_none)
 
 
 @final
