@@ -153,7 +153,7 @@ class Send(Operation, Generic[T_co]):
         self, channel: Channel[T_co] | ForeignChannel[T_co], value: T_co,
         ignore_on_closed: bool = False,
     ) -> None:
-        if not isinstance(channel, Channel | ForeignChannel):
+        if not isinstance(channel, (Channel, ForeignChannel)):
             raise TypeError(f"Send: channel must be a Channel, got {type(channel).__name__}")
         if not isinstance(ignore_on_closed, bool):
             raise TypeError("Send: ignore_on_closed must be a bool")
@@ -201,7 +201,7 @@ class Get(Operation, Generic[T_co]):
     def __init__(
         self, channel: Channel[T_co] | ForeignChannel[T_co], ignore_on_closed: bool = False
     ) -> None:
-        if not isinstance(channel, Channel | ForeignChannel):
+        if not isinstance(channel, (Channel, ForeignChannel)):
             raise TypeError(f"Get: channel must be a Channel, got {type(channel).__name__}")
         if not isinstance(ignore_on_closed, bool):
             raise TypeError("Get: ignore_on_closed must be a bool")
@@ -552,22 +552,26 @@ class Channel(Generic[T]):
                 getters.popleft().claim_closed()
 
     @atomic
-    def _bind(self) -> None:
+    def _bind(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Before parking: refuse a party of another loop while parties of the bound one are
-        parked or have a value in flight (a silent hang otherwise; see `bind_loop`)."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # parked from outside any running loop: nothing to compare
-            return
+        parked or have a value in flight (a silent hang otherwise; see `bind_loop`). `loop` is
+        the parking party's running loop, when the caller has it at hand."""
+        if loop is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # parked from outside any running loop: nothing to compare
+                return
         if loop is not self._loop:
             busy = bool(self._getters or self._senders or self._in_flight)
             self._loop = bind_loop(self, self._loop, loop, busy, "SharedChannel")
 
     @atomic
-    def _park(self, waiter: Waiter, queue: WaiterQueue[_Registration], value: object) -> (
-        _Registration
-    ):
-        self._bind()
+    def _park(self, waiter: Waiter, queue: WaiterQueue[_Registration], value: object,
+              loop: asyncio.AbstractEventLoop | None = None) -> _Registration:
+        # A task passes its loop (it made its future on it): parking on a channel already
+        # bound to that loop then costs one identity test, not a `get_running_loop()` call.
+        if loop is None or loop is not self._loop:
+            self._bind(loop)
         reg = _Registration(waiter, self, queue, None, value)  # type: ignore[arg-type]
         queue.append(reg)
         return reg
@@ -635,8 +639,9 @@ class Channel(Generic[T]):
             raise ChannelClosed("send on a closed channel")
         if self._offer(value):
             return
-        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        reg = self._park(TaskWaiter(future), self._senders, value)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[object] = loop.create_future()
+        reg = self._park(TaskWaiter(future), self._senders, value, loop)
         try:
             payload = await future
         except asyncio.CancelledError as exc:
@@ -663,8 +668,9 @@ class Channel(Generic[T]):
             return value
         if self._closed and not self._in_flight:
             raise ChannelClosed("get on a closed and drained channel")
-        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        reg = self._park(TaskWaiter(future), self._getters, None)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[object] = loop.create_future()
+        reg = self._park(TaskWaiter(future), self._getters, None, loop)
         try:
             payload = await future
         except asyncio.CancelledError:
@@ -878,8 +884,17 @@ class Select:
         Registering never matches anything, so a select cannot meet itself: only a newcomer
         operation matches a parked registration, and a parked select is not a newcomer.
         """
-        for op in self._operations:  # before any registration: all of them or none
-            op._channel._bind()
+        # Before any registration: all of them or none. The running loop is read once, and a
+        # channel already bound to it is not asked again (select's hot path: one attribute
+        # test per case instead of a `get_running_loop()` call per case).
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        for op in self._operations:
+            channel = op._channel
+            if channel._loop is not loop:
+                channel._bind()
         regs = []
         for op in self._operations:
             channel = op._channel
