@@ -258,7 +258,7 @@ def _areas_epilog(available: Sequence[str]) -> str:
         "examples:",
         "  executors bench periodic               # one area, into ./bench-results",
         "  executors bench all --quick            # every area, one round each: do they work?",
-        "  executors bench locks --output /tmp/b  # results and report pages in /tmp/b",
+        "  executors bench locks --output bench-out  # results and report pages in ./bench-out",
         "  executors bench all --update-repo      # maintainers: refresh the repository's",
         "                                         # results, docs pages and charts",
     ])

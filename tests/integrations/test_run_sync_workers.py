@@ -26,7 +26,7 @@ def test_exit_ends_non_daemon_idle_workers_at_once() -> None:
     """
     script = textwrap.dedent(
         """
-        import asyncio, threading, time
+        import asyncio, threading
         from executors import _threads
 
         class NoDaemon(threading.Thread):
@@ -45,11 +45,9 @@ def test_exit_ends_non_daemon_idle_workers_at_once() -> None:
             assert await run_sync(sum, [1, 2]) == 3
 
         asyncio.run(main())
+        from executors.testing import wait_until
         from integrations.bridge import _run_sync
-        deadline = time.monotonic() + 10
-        while not _run_sync._workers._idle:  # the worker parks as idle after its call
-            assert time.monotonic() < deadline
-            time.sleep(0.001)
+        wait_until(lambda: _run_sync._workers._idle, 10)  # the worker parks as idle after its call
         workers = [t for t in threading.enumerate() if t.name.startswith("executors-run_sync")]
         assert workers and not any(t.daemon for t in workers), workers
         print("ok", flush=True)
