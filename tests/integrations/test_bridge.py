@@ -32,6 +32,7 @@ from executors.aio import (
     Send,
     SendResult,
 )
+from executors.testing import wait_until
 from integrations.bridge import Portal, PortalFuture, ThreadWaiter, run_sync
 
 T = TypeVar("T")
@@ -50,14 +51,6 @@ def on_loop(portal: Portal, fn: Callable[..., T], *args: object) -> T:
     async def run() -> T:
         return fn(*args)
     return portal.call(run)
-
-
-def wait_until(cond: Callable[[], object], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.0005)
 
 
 def start_thread(fn: Callable[..., object], *args: object) -> threading.Thread:
@@ -448,6 +441,7 @@ def test_registry_exit_closes_a_portal_with_a_pending_call() -> None:
 
         import asyncio, time
         from executors import ShutdownError
+        from executors.testing import wait_until
         from integrations.bridge import Portal
 
         p = Portal().open()
@@ -459,8 +453,7 @@ def test_registry_exit_closes_a_portal_with_a_pending_call() -> None:
                 failed.set()
 
         threading.Thread(target=caller, daemon=True).start()
-        while p.statistics().tasks == 0:
-            time.sleep(0.001)
+        wait_until(lambda: p.statistics().tasks)
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=30, check=False)
@@ -761,8 +754,7 @@ def test_calls_racing_close_either_complete_or_fail_cleanly() -> None:
 
     threads = [start_thread(hammer) for _ in range(4)]
     start.wait(10)
-    while len(outcomes) < 50:
-        time.sleep(0.001)
+    wait_until(lambda: len(outcomes) >= 50)
     p.close()
     for t in threads:
         t.join(20)
