@@ -22,6 +22,7 @@ from typing import cast
 # The table is the one the docs pages show: `executors bench` renders results files with the same
 # function (benchmarks are scripts, outside the package's import graph).
 from executors._cli._bench_report import OURS, AreaResult, area_table
+from executors._cli._words import plural
 
 __all__ = ("OURS", "RESULTS_DIR", "Metric", "measure", "parse_args", "quick_mode", "run_area")
 
@@ -122,7 +123,7 @@ def run_area(area: str, metrics: Callable[[bool], list[Metric]], argv: Sequence[
         "metrics": results,
     }
     table = payload["table"] = area_table(cast(AreaResult, payload))
-    print(f"\n## {area} ({'quick' if args.quick else 'full'}, {rounds} rounds, "
+    print(f"\n## {area} ({'quick' if args.quick else 'full'}, {plural(rounds, 'round')}, "
           f"Python {platform.python_version()})\n")
     print(table)
     if not args.no_write:

@@ -59,10 +59,28 @@ def test_render_writes_a_page_and_a_chart_per_area(tmp_path: Path) -> None:
     assert row in page
     assert "**∞x** vs peer-a" in page
     assert "![toy: ours beside the peers](toy.png)" in page
-    assert "full run, 3 round(s), Python 3.11.7" in page
+    assert "full run, 3 rounds, Python 3.11.7" in page
     assert (out / "toy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     index = (out / "index.md").read_text()
     assert "| [toy](toy.md) | hand-off (ms) | **10.0x** vs peer-a | full, Python 3.11.7 |" in index
+
+
+def test_bench_counts_rounds_in_proper_english(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A quick run says "1 round", a page of one round says "1 round", never "1 rounds" or
+    "round(s)" (issue 24: `executors bench periodic --quick` printed "(quick, 1 rounds, ...)")."""
+    from benchmarks import _harness
+
+    metric = _harness.Metric("noop", "ms", "lower", {_bench_report.OURS: lambda: 1.0})
+    _harness.run_area("toy", lambda quick: [metric], argv=["--quick", "--no-write"])
+    heading = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("##"))
+    assert heading.startswith("## toy (quick, 1 round, Python "), heading
+    results, out = tmp_path / "results", tmp_path / "docs"
+    results.mkdir()
+    (results / "toy.json").write_text(json.dumps({**_result(quick=True), "rounds": 1}))
+    _bench_report.render_all(results, out)
+    page = (out / "toy.md").read_text()
+    assert "quick run, 1 round, Python 3.11.7" in page and "round(s)" not in page, page
 
 
 def test_render_removes_pages_of_areas_without_results(tmp_path: Path) -> None:

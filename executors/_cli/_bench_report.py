@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TypedDict, cast
 
+from ._words import plural
+
 __all__ = ("OURS", "AreaResult", "MetricResult", "area_table", "load_results", "render_all")
 
 OURS = "executors"
@@ -113,7 +115,7 @@ def area_table(result: AreaResult) -> str:
 def _run_line(result: AreaResult) -> str:
     when = datetime.datetime.fromtimestamp(result["started"], datetime.UTC)
     mode = "quick" if result["quick"] else "full"
-    return (f"{mode} run, {result['rounds']} round(s), Python {result['python']} on "
+    return (f"{mode} run, {plural(result['rounds'], 'round')}, Python {result['python']} on "
             f"{result['machine']}, {when:%Y-%m-%d %H:%M} UTC, {result['seconds']:.0f} s")
 
 
