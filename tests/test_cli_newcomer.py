@@ -241,16 +241,63 @@ def test_traverse_refuses_a_bad_option_naming_the_flag(flag: str, value: str,
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("store", ["tree.db", "mysql://host/db", "sqlite:///missing.db"])
+@pytest.mark.parametrize("store", ["missing.db", "mysql://host/db", "sqlite:///missing.db",
+                                   "sqlite://missing.db", "sqlite:///"])
 def test_traverse_refuses_a_bad_store_naming_it(store: str, tmp_path: Path) -> None:
-    """A STORE that is not sqlite:///path or postgresql://..., or a SQLite file that does not
-    exist, is a usage error (exit 2) that names STORE and what was given."""
+    """A STORE that is not a SQLite file (a path or a sqlite:/// URL) or postgresql://..., a
+    malformed sqlite URL, or a SQLite file that does not exist, is a usage error (exit 2)
+    that names STORE and what was given."""
     proc = _executors("traverse", store, "--no-progress", cwd=tmp_path, timeout=30)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
     error = proc.stderr.strip().splitlines()[-1]
     assert error.startswith("executors traverse: error:"), proc.stderr
     assert "STORE" in error or "missing.db" in error, error
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("form", ["relative URL", "absolute URL", "relative path",
+                                  "absolute path"])
+def test_traverse_takes_a_sqlite_url_or_a_plain_path(form: str, tree_db: Path) -> None:
+    """STORE names a SQLite file four ways: ``sqlite:///tree.db`` (three slashes: relative to
+    the current folder), ``sqlite:////abs/tree.db`` (four: absolute, SQLAlchemy's rule), or a
+    plain path, relative or absolute (issue 24: a plain path was refused)."""
+    store = {"relative URL": "sqlite:///tree.db", "absolute URL": f"sqlite:///{tree_db}",
+             "relative path": "tree.db", "absolute path": str(tree_db)}[form]
+    assert form != "absolute URL" or store.startswith("sqlite:////")
+    proc = _executors("traverse", store, "--print", "--no-progress", cwd=tree_db.parent,
+                      timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["/", "/c", "/a", "/a/b"]
+
+
+@pytest.mark.timeout(60)
+def test_traverse_says_which_path_a_three_slash_url_meant(tree_db: Path, tmp_path: Path) -> None:
+    """``sqlite:///srv/tree.db`` is the relative path srv/tree.db. When that is not found but
+    /srv/tree.db exists, the one-line usage error (exit 2) says that three slashes make a
+    relative path and gives the four-slash URL of the file that exists."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    relative = str(tree_db).lstrip("/")
+    proc = _executors("traverse", f"sqlite:///{relative}", "--no-progress", cwd=elsewhere,
+                      timeout=30)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    error = proc.stderr.strip().splitlines()[-1]
+    assert error.startswith("executors traverse: error: STORE"), proc.stderr
+    assert f"no SQLite database at {relative!r}" in error, error
+    assert "relative" in error and f"sqlite:////{relative}" in error, error
+    assert "four slashes" in error, error
+
+
+def test_traverse_help_shows_both_sqlite_url_forms() -> None:
+    """`executors traverse --help` shows the relative (three slashes) and the absolute (four
+    slashes) SQLite URL and says a plain path works too."""
+    proc = _executors("traverse", "--help", timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())
+    assert "sqlite:///tree.db" in text and "sqlite:////srv/tree.db" in text, text
+    assert "relative" in text and "absolute" in text, text
+    assert "plain path" in text or "a path" in text, text
 
 
 @pytest.mark.timeout(60)

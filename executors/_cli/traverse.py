@@ -22,17 +22,24 @@ HELP = "traverse a tree stored in SQLite or PostgreSQL in batched transactions"
 DESCRIPTION = (
     "Visit every node of the tree in the nodes table (see integrations.sqlite_store.SCHEMA) in "
     "time-bounded transactions, with prefetching reads under a fair semaphore; a progress bar on "
-    "stderr. STORE is sqlite:///path.db or postgresql://..."
+    "stderr.\n\n"
+    "STORE is a SQLite file or a PostgreSQL database. A SQLite file is a plain path (tree.db, "
+    "/srv/tree.db) or a URL in SQLAlchemy's form: sqlite:///tree.db (three slashes: a path "
+    "relative to the current folder) or sqlite:////srv/tree.db (four slashes: an absolute "
+    "path). A PostgreSQL database is postgresql://user@host/dbname."
 )
 EPILOG = None
 
 _SQLITE = "sqlite:///"
-_SCHEMES = (_SQLITE, "postgresql://", "postgres://")
+_POSTGRES = ("postgresql://", "postgres://")
+_STORE_FORMS = "tree.db, sqlite:///tree.db, sqlite:////srv/tree.db or postgresql://..."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of `executors traverse` on *parser*."""
-    parser.add_argument("store", metavar="STORE", help="sqlite:///path.db or postgresql://...")
+    parser.add_argument("store", metavar="STORE",
+                        help="a SQLite file: tree.db, sqlite:///tree.db (relative) or "
+                        "sqlite:////srv/tree.db (absolute); or postgresql://...")
     parser.add_argument("--mode", choices=("strict", "relaxed", "any"), default="strict",
                         help="traversal order (default strict: a directory, its files by name, "
                         "then its subdirectories by name; relaxed and any trade order for "
@@ -99,14 +106,50 @@ class _Unreachable(Exception):
     """The STORE is well formed but could not be reached: one line, exit status 1."""
 
 
+def _sqlite_path(store: str) -> str | None:
+    """The file a SQLite *store* names, or None for a PostgreSQL URL.
+
+    SQLAlchemy's rule: ``sqlite:///tree.db`` (three slashes) is the relative path tree.db and
+    ``sqlite:////srv/tree.db`` (four) the absolute /srv/tree.db. A STORE with no ``://`` is a
+    plain path.
+
+    Raises:
+        ValueError: *store* is neither (another scheme, ``sqlite://`` with two slashes, or a
+            URL with no path).
+    """
+    if store.startswith(_POSTGRES):
+        return None
+    if "://" not in store:
+        return store
+    if store.startswith(_SQLITE) and store[len(_SQLITE):]:
+        return store[len(_SQLITE):]
+    raise ValueError(f"STORE must be {_STORE_FORMS}, got {store!r}")
+
+
+def _missing_sqlite(store: str, path: str) -> str:
+    """The usage error for a SQLite *store* whose file *path* does not exist.
+
+    Three slashes are a relative path, which many users do not know: when the absolute path
+    the URL looks like exists, the error names it and the URL that reaches it.
+    """
+    message = f"STORE: no SQLite database at {path!r}"
+    if not store.startswith(_SQLITE) or os.path.isabs(path):
+        return message
+    if os.path.exists("/" + path):
+        return (f"{message}, relative to the current folder; did you mean "
+                f"sqlite:////{path} (four slashes: the absolute path /{path})?")
+    return (f"{message} (sqlite:/// with three slashes is a path relative to the current "
+            "folder; four slashes make it absolute)")
+
+
 async def _traverse(args: argparse.Namespace) -> TraversalStatistics:
     url: str = args.store
-    if url.startswith(_SQLITE):
+    path = _sqlite_path(url)
+    if path is not None:
         import sqlite3
 
         from integrations.sqlite_store import SQLiteStore
 
-        path = url[len(_SQLITE):]
         try:
             store = SQLiteStore(path)
         except sqlite3.Error as exc:  # a directory, a file that is not a database
@@ -157,10 +200,9 @@ def _check_options(args: argparse.Namespace) -> None:
         _validate.count(args.limit, "--limit")
         _validate.count(args.window, "--window")
         _validate.count(args.page_size, "--page-size")
-        if not url.startswith(_SCHEMES):
-            raise ValueError(f"STORE must be sqlite:///path.db or postgresql://..., got {url!r}")
-        if url.startswith(_SQLITE) and not os.path.exists(url[len(_SQLITE):]):
-            raise ValueError(f"STORE: no SQLite database at {url[len(_SQLITE):]!r}")
+        path = _sqlite_path(url)
+        if path is not None and not os.path.exists(path):
+            raise ValueError(_missing_sqlite(url, path))
     except (TypeError, ValueError) as exc:
         args.parser.error(str(exc))
 
