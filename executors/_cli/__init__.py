@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from . import bench, demo, supervise, traverse
+from ._usage import unrecognized
 
 __all__ = ("SUBCOMMANDS", "build_parser", "main")
 
@@ -86,9 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command with *argv* (default: ``sys.argv[1:]``); return its exit status.
 
-    Ctrl-C anywhere outside a subcommand's own handling prints one line and gives 130.
+    Ctrl-C anywhere outside a subcommand's own handling prints one line and gives 130. An
+    argument nobody recognised is a usage error of the subcommand it was given to, naming the
+    closest option (exit 2).
     """
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    words = list(sys.argv[1:] if argv is None else argv)
+    args, extras = parser.parse_known_args(words)
+    if extras:
+        unrecognized(parser, args, extras, words)
     try:
         status: int = args.run(args)
     except KeyboardInterrupt:
