@@ -494,6 +494,68 @@ def test_demo_draws_a_live_view_on_a_terminal_and_plain_lines_otherwise() -> Non
     assert re.search(r"^executors demo \[[#-]+\] .* \| requests ", piped.stdout, re.MULTILINE)
 
 
+def _last_frame(screen: str) -> str:
+    """The live view's last frame in what a terminal received: its lines, joined."""
+    lines = [line.partition("\x1b[2K")[2] for line in screen.splitlines() if "\x1b[2K" in line]
+    starts = [i for i, line in enumerate(lines) if line.startswith("executors demo [")]
+    assert starts, screen[-3000:]
+    return " | ".join(lines[starts[-1]:])
+
+
+@pytest.mark.timeout(120)
+def test_demo_last_frame_and_report_agree() -> None:
+    """The numbers on screen add up (issue 24): the live view's last frame shows the report's
+    final counts (requests served and consumed, cursors abandoned and killed, slot queueing,
+    wait p99, monitor checks), and the cursors opened are the requests served plus those the
+    end of the run stopped in flight, which the report names."""
+    uri = os.environ.get("MONGODB_URI")
+    cmd = [sys.executable, "-m", "executors", "demo", "--seconds", "2.5",
+           *(["--uri", uri] if uri else [])]
+    leader, follower = os.openpty()
+    try:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=follower,
+                                stderr=subprocess.PIPE)
+        os.close(follower)
+        follower = -1
+        screen = _read_all(leader).decode()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+    assert proc.returncode == 0, screen[-3000:] + err.decode()[-3000:]
+    frame = _last_frame(screen)
+    report = screen[screen.index("executors demo: finished after"):]
+    served = _number(r"requests: ([\d,]+) served", report)
+    pairs = {
+        "requests served": (_number(r"requests ([\d,]+) \(", frame), served),
+        "results consumed": (_number(r"consumed ([\d,]+)", frame),
+                             _number(r"the asyncio task received ([\d,]+) results", report)),
+        "cursors abandoned": (_number(r"cursors abandoned ([\d,]+)", frame),
+                              _number(r"([\d,]+) abandoned mid-iteration", report)),
+        "cursors killed": (_number(r"killed ([\d,]+)", frame),
+                           _number(r"([\d,]+) of them killed", report)),
+        "slot queueing": (_number(r"([\d,]+) queued so far", frame),
+                          _number(r"([\d,]+) times a thread found every slot busy", report)),
+        "monitor checks": (_number(r"monitor (\d+) checks", frame),
+                           _number(r"pinged the server (\d+) time", report)),
+    }
+    differ = {name: pair for name, pair in pairs.items() if pair[0] != pair[1]}
+    assert not differ, f"last frame vs report: {differ}\n{frame}\n{report}"
+    assert _number(r"pending (\d+)", frame) == 0 and "0 waiting now" in frame, frame
+    p99 = re.search(r"wait p99 ([\d.]+) ms", frame)
+    assert p99 and f"99th percentile {p99.group(1)} ms" in " ".join(report.split()), frame
+    opened = _number(r"cursors: ([\d,]+) opened on the server", report)
+    joined = " ".join(report.split())
+    in_flight = 0
+    if opened != served:  # the difference is named, and is what it says
+        in_flight = _number(r"([\d,]+) more requests? in flight when the run ended", report)
+        said = (f"{opened - in_flight:,} by requests served and {in_flight:,} by the requests "
+                "stopped in flight")
+        assert said in joined, report
+    assert opened == served + in_flight, report
+
+
 def test_demo_exit_code_is_non_zero_when_something_leaked(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """The command exits 1 when the report counts a leak, 0 otherwise. (A real leak cannot be
@@ -564,7 +626,7 @@ def test_demo_report_puts_leaks_first_and_counts_threads() -> None:
     )
     assert report.leaks == 3
     lines = report.render().splitlines()
-    assert lines[1].split()[:6] == ["leaks:", "3", "(2", "cursor(s);", "threads:",
+    assert lines[1].split()[:6] == ["leaks:", "3", "(2", "cursors;", "threads:",
                                     "demo-worker-1)."]
 
 

@@ -151,6 +151,8 @@ class _Counters:
     documents: int = 0
     consumed: int = 0
     opened: int = 0
+    # Cursors opened by requests the end of the run stopped before their result was served.
+    in_flight: int = 0
     abandoned: set[int] = dataclasses.field(default_factory=set)
     waits_ms: list[float] = dataclasses.field(default_factory=list)
     queued: int = 0
@@ -204,6 +206,7 @@ class _Demo:
         token = CancelToken.current()
         assert token is not None  # started by the demo's ThreadGroup
         while not token.cancelled:
+            opened = False  # this request opened a cursor and its result is not served yet
             try:
                 start = rng.randrange(max(1, self.config.documents - 3 * size))
                 abandon = rng.random() < self.config.abandon_rate
@@ -220,6 +223,7 @@ class _Demo:
                     cursor = reply["cursor"]
                     cursor_id, read = int(cursor["id"]), len(cursor["firstBatch"])
                     if cursor_id:
+                        opened = True
                         with counters.lock:
                             counters.opened += 1
                     request = _Request(index, cursor_id)
@@ -243,16 +247,26 @@ class _Demo:
                     counters.waits_ms.append(waited)
                     counters.thread_acquisitions += 1
                 results.send((index, read, waited))
+                opened = False
                 with counters.lock:  # served: the result reached the channel
                     counters.requests += 1
                     counters.documents += read
-            except ChannelClosed:
+            except ChannelClosed:  # the run is over: this request's result is not served
+                self._stopped_in_flight(opened)
                 return
             except Exception as exc:  # a demo keeps serving, and reports what went wrong
+                self._stopped_in_flight(opened)
                 with counters.lock:
                     counters.errors.append(f"worker {index}: {type(exc).__name__}: {exc}")
                 if token.wait(0.1):
                     return
+
+    def _stopped_in_flight(self, opened: bool) -> None:
+        # The report counts the cursors such requests opened, so that the cursors opened add
+        # up to the requests served plus these.
+        if opened:
+            with self.counters.lock:
+                self.counters.in_flight += 1
 
     # the asyncio side -----------------------------------------------------------------------
 
@@ -319,8 +333,9 @@ class _Demo:
             for i in range(config.workers):
                 group.start(self.worker, i, slots_view, results_view, coll)
             try:
-                self._watch(out, live, started, monitor)
+                drawn = self._watch(out, live, started, monitor)
             except KeyboardInterrupt:
+                drawn = 0  # the terminal shows ^C after the last frame: draw below it
                 interrupted = True
             elapsed = time.monotonic() - started
             stopping = time.monotonic()
@@ -335,7 +350,7 @@ class _Demo:
         self.stop.set()
         consumer.result(10)  # the consumer drains the channel, then ends
         portal.call(audit.close)
-        checks = monitor.checks
+        checks, rtt_ms = monitor.checks, monitor.rtt_ms
         jobs = len(service.status().jobs)
         monitor_job = monitor.job
         del monitor  # the owner goes: its job is cancelled from the weakref callback
@@ -353,6 +368,10 @@ class _Demo:
             self.counters.errors.append("the server monitor's job outlived its owner")
 
         leaked_threads = self._leaked_threads(before)
+        # The live view's last frame shows the final numbers, the same as the report's: the
+        # requests in flight at the deadline finished (or stopped) after the previous frame.
+        self.slots_waiting = 0  # every worker has ended: nobody waits for a slot now
+        self._draw(out, live, self._status_lines(elapsed, checks, rtt_ms, final=True), drawn)
         counters = self.counters
         with self.listener._lock:
             killed = counters.abandoned & self.listener.killed
@@ -366,6 +385,7 @@ class _Demo:
             documents_read=counters.documents,
             results_consumed=counters.consumed,
             cursors_opened=counters.opened,
+            cursors_in_flight=counters.in_flight,
             cursors_abandoned=len(counters.abandoned),
             cursors_killed=len(killed),
             cursors_not_found=len(not_found),
@@ -393,8 +413,9 @@ class _Demo:
         # Created on the portal's loop: the async client's tasks live there.
         return pymongo.AsyncMongoClient(self.uri)
 
-    def _watch(self, out: TextIO, live: bool, started: float, monitor: _ServerMonitor) -> None:
-        """Show progress until the time is up (or Ctrl-C, which propagates)."""
+    def _watch(self, out: TextIO, live: bool, started: float, monitor: _ServerMonitor) -> int:
+        """Show progress until the time is up (or Ctrl-C, which propagates); return the number
+        of lines the live view's last frame has on screen."""
         deadline = started + self.config.seconds
         period = 0.25 if live else 2.0
         drawn = 0
@@ -403,34 +424,46 @@ class _Demo:
             if now >= deadline:
                 break
             self.stop.wait(min(period, deadline - now))
-            lines = self._status_lines(time.monotonic() - started, monitor)
-            if live:
-                if drawn:
-                    out.write(f"\x1b[{drawn}F")
-                out.write("".join(f"\x1b[2K{line}\n" for line in lines))
-                drawn = len(lines)
-            else:
-                out.write(lines[0] + " | " + " | ".join(x.strip() for x in lines[1:]) + "\n")
-            out.flush()
+            lines = self._status_lines(time.monotonic() - started, monitor.checks,
+                                       monitor.rtt_ms)
+            drawn = self._draw(out, live, lines, drawn)
+        return drawn
 
-    def _status_lines(self, elapsed: float, monitor: _ServerMonitor) -> list[str]:
+    @staticmethod
+    def _draw(out: TextIO, live: bool, lines: list[str], drawn: int) -> int:
+        """Draw a frame over the *drawn* lines of the previous one (live) or as one plain line;
+        return the lines now on screen."""
+        if live:
+            if drawn:
+                out.write(f"\x1b[{drawn}F")
+            out.write("".join(f"\x1b[2K{line}\n" for line in lines))
+        else:
+            out.write(lines[0] + " | " + " | ".join(x.strip() for x in lines[1:]) + "\n")
+        out.flush()
+        return len(lines) if live else 0
+
+    def _status_lines(self, elapsed: float, checks: int, rtt_ms: float, *,
+                      final: bool = False) -> list[str]:
         c = self.counters
         total = self.config.seconds
         width = 30
         filled = min(width, int(width * elapsed / total))
         reaper = self.reaper.statistics()
         with c.lock:
-            requests, abandoned, queued = c.requests, len(c.abandoned), c.queued
-            p99 = _percentile(c.waits_ms[-2000:], 0.99)
-        killed = len(self.listener.killed)
+            requests, abandoned, queued = c.requests, set(c.abandoned), c.queued
+            # The recent waits while running (sorting them all each frame would grow with the
+            # run); the last frame's figure is the whole run's, as in the report.
+            p99 = _percentile(c.waits_ms if final else c.waits_ms[-2000:], 0.99)
+        with self.listener._lock:  # counted as the report counts them: abandoned, then killed
+            killed = len(abandoned & self.listener.killed)
         return [
             f"executors demo [{'#' * filled}{'-' * (width - filled)}] {elapsed:4.1f}/{total:.0f} s",
             (f"  requests {requests:,} ({requests / max(elapsed, 1e-9):,.0f}/s), consumed "
             f"{c.consumed:,}"),
-            f"  cursors abandoned {abandoned:,}, killed {killed:,}, pending {reaper.pending}",
+            f"  cursors abandoned {len(abandoned):,}, killed {killed:,}, pending {reaper.pending}",
             (f"  db slots {self.config.db_slots}: {self.slots_waiting} waiting now, {queued:,} "
              f"queued so far, wait p99 {p99:.2f} ms"),
-            f"  monitor {monitor.checks} checks, rtt {monitor.rtt_ms:.1f} ms",
+            f"  monitor {checks} checks, rtt {rtt_ms:.1f} ms",
         ]
 
     def _leaked_threads(self, before: set[int | None]) -> tuple[str, ...]:

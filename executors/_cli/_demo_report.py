@@ -10,6 +10,8 @@ import dataclasses
 import textwrap
 from typing import final
 
+from ._words import plural
+
 __all__ = ("DemoReport", "REPORT_WIDTH")
 
 
@@ -52,6 +54,9 @@ class DemoReport:
     #: The names of the executor threads counted in `executors`, `executor_runs` and
     #: `executor_wakeups`.
     executor_names: tuple[str, ...] = ()
+    #: Cursors opened by requests still in flight when the run ended, whose results were never
+    #: served: `cursors_opened` is the requests served (those that opened one) plus these.
+    cursors_in_flight: int = 0
 
     @property
     def leaks(self) -> int:
@@ -69,16 +74,23 @@ class DemoReport:
         leaked = ""
         if self.leaks:
             threads = ", ".join(self.leaked_threads) or "none"
-            leaked = f" ({self.leaked_cursors} cursor(s); threads: {threads})"
+            leaked = f" ({plural(self.leaked_cursors, 'cursor')}; threads: {threads})"
         names = f" ({', '.join(self.executor_names)})" if self.executor_names else ""
+        in_flight = opened_by = ""
+        if self.cursors_in_flight:  # why more cursors were opened than requests served
+            in_flight = (f" {plural(self.cursors_in_flight, 'more request')} in flight when "
+                         "the run ended went unserved.")
+            opened_by = (f", {self.cursors_opened - self.cursors_in_flight:,} by requests "
+                         f"served and {self.cursors_in_flight:,} by the requests stopped in "
+                         "flight")
         entries = [
             ("leaks", (f"{self.leaks}{leaked}. Abandoned cursors the server never confirmed "
              "killed, plus threads still running after shutdown; anything but 0 is a bug "
              "and makes the command exit with status 1.")),
             ("requests", (f"{self.requests:,} served ({rate:,.0f} a second) by the worker "
              f"threads, reading {self.documents_read:,} documents; the asyncio task received "
-             f"{self.results_consumed:,} results through the channel.")),
-            ("cursors", (f"{self.cursors_opened:,} opened on the server; "
+             f"{self.results_consumed:,} results through the channel.{in_flight}")),
+            ("cursors", (f"{self.cursors_opened:,} opened on the server{opened_by}; "
              f"{self.cursors_abandoned:,} abandoned mid-iteration (the request was dropped "
              f"with its cursor still open) and {self.cursors_killed:,} of them killed by the "
              "CursorReaper, each kill confirmed in the server's reply; "
@@ -98,9 +110,9 @@ class DemoReport:
              "straight on from the previous one (work arrived while it ran) needs no "
              "wake-up. Executors that poll, like PyMongo's, also wake twice a second each "
              f"with nothing to do: about {polling:,.0f} more in this run.")),
-            ("background service", (f"{self.service_jobs} periodic job(s); the server "
-             f"monitor, a job that holds its owner only weakly, pinged the server "
-             f"{self.monitor_checks} time(s).")),
+            ("background service", (f"{plural(self.service_jobs, 'periodic job')}; the "
+             "server monitor, a job that holds its owner only weakly, pinged the server "
+             f"{plural(self.monitor_checks, 'time')}.")),
             ("shutdown", (f"{self.shutdown_seconds * 1000:.0f} ms to stop everything after "
              "the run: workers, consumer task, cursor reaper, service and event loop.")),
         ]
