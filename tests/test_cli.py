@@ -463,13 +463,15 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-@pytest.mark.timeout(120)
-def test_demo_draws_a_live_view_on_a_terminal_and_plain_lines_otherwise() -> None:
-    """On a terminal (a real pty) the view is redrawn in place with ANSI sequences; on a pipe,
-    without --plain, it prints plain progress lines and no escape sequence."""
+def _demo_command(seconds: str) -> list[str]:
+    """`executors demo --seconds SECONDS`, against $MONGODB_URI when it is set."""
     uri = os.environ.get("MONGODB_URI")
-    cmd = [sys.executable, "-m", "executors", "demo", "--seconds", "1.5",
-           *(["--uri", uri] if uri else [])]
+    return [sys.executable, "-m", "executors", "demo", "--seconds", seconds,
+            *(["--uri", uri] if uri else [])]
+
+
+def _on_a_terminal(cmd: list[str]) -> str:
+    """What *cmd*, run with its stdout on a real pty, wrote there; it must exit 0."""
     leader, follower = os.openpty()
     try:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=follower,
@@ -483,6 +485,15 @@ def test_demo_draws_a_live_view_on_a_terminal_and_plain_lines_otherwise() -> Non
         if follower >= 0:
             os.close(follower)
     assert proc.returncode == 0, tty[-3000:] + err.decode()[-3000:]
+    return tty
+
+
+@pytest.mark.timeout(120)
+def test_demo_draws_a_live_view_on_a_terminal_and_plain_lines_otherwise() -> None:
+    """On a terminal (a real pty) the view is redrawn in place with ANSI sequences; on a pipe,
+    without --plain, it prints plain progress lines and no escape sequence."""
+    cmd = _demo_command("1.5")
+    tty = _on_a_terminal(cmd)
     assert "\x1b[2Kexecutors demo [" in tty, tty[-3000:]
     assert "\x1b[5F" in tty, "the live view is not redrawn in place"
     assert _number(r"leaks: (\d+)", tty) == 0
@@ -508,22 +519,7 @@ def test_demo_last_frame_and_report_agree() -> None:
     final counts (requests served and consumed, cursors abandoned and killed, slot queueing,
     wait p99, monitor checks), and the cursors opened are the requests served plus those the
     end of the run stopped in flight, which the report names."""
-    uri = os.environ.get("MONGODB_URI")
-    cmd = [sys.executable, "-m", "executors", "demo", "--seconds", "2.5",
-           *(["--uri", uri] if uri else [])]
-    leader, follower = os.openpty()
-    try:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=follower,
-                                stderr=subprocess.PIPE)
-        os.close(follower)
-        follower = -1
-        screen = _read_all(leader).decode()
-        _, err = proc.communicate(timeout=60)
-    finally:
-        os.close(leader)
-        if follower >= 0:
-            os.close(follower)
-    assert proc.returncode == 0, screen[-3000:] + err.decode()[-3000:]
+    screen = _on_a_terminal(_demo_command("2.5"))
     frame = _last_frame(screen)
     report = screen[screen.index("executors demo: finished after"):]
     served = _number(r"requests: ([\d,]+) served", report)
