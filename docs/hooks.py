@@ -50,6 +50,8 @@ __all__ = (
     "bench",
     "bench_ratio",
     "bench_table",
+    "exported_names",
+    "former_names",
     "on_config",
     "on_files",
     "on_page_markdown",
@@ -142,10 +144,72 @@ def on_config(config: MkDocsConfig) -> MkDocsConfig:
     return config
 
 
+def _module_sources(module: str) -> list[Path]:
+    path = ROOT.joinpath(*module.split("."))
+    if path.is_dir():  # a package documents names its private modules define
+        return sorted(path.glob("*.py"))
+    return [path.with_suffix(".py")]
+
+
+def exported_names(module: str) -> set[str]:
+    """The names in *module*'s ``__all__``, read from its source (nothing is imported)."""
+    for source in _module_sources(module):
+        if source.name in ("__init__.py", f"{module.rpartition('.')[2]}.py"):
+            for node in ast.parse(source.read_text()).body:
+                if isinstance(node, ast.Assign) and any(
+                        isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+                    return set(ast.literal_eval(node.value))
+    return set()
+
+
+def former_names(module: str) -> dict[str, str]:
+    """The former names *module* still exports, each with the name that replaced it.
+
+    A former name is a module-level ``old = new`` (or ``old: T = new``) where both names are in
+    the module's ``__all__``: the same object under its old name, kept so old code runs. The
+    reference page lists them last, under "Former names", instead of among the current names.
+    """
+    exported = exported_names(module)
+    found: dict[str, str] = {}
+    for source in _module_sources(module):
+        for node in ast.parse(source.read_text()).body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target, value = node.targets[0], node.value
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                target, value = node.target, node.value
+            else:
+                continue
+            if (isinstance(target, ast.Name) and isinstance(value, ast.Name)
+                    and {target.id, value.id} <= exported):
+                found[target.id] = value.id
+    return found
+
+
+# The reference page of a module with former names: its current names as usual (mkdocstrings'
+# filters are regular expressions on member names), then the former ones under their heading.
+_FORMER_PAGE = """::: {module}
+    options:
+      filters: {filters}
+
+## Former names
+
+Names from earlier versions, kept so that code written with them still runs. Each is another
+name for the object after its `=`; new code uses that name.
+
+"""
+
+
 def on_files(files: Files, config: MkDocsConfig) -> Files:
     """Add one generated API reference page per public module (mkdocstrings renders it)."""
     for module in public_modules():
-        content = f"::: {module}\n"
+        former = former_names(module)
+        if former:
+            filters = json.dumps(["!^_", *(f"!^{name}$" for name in sorted(former))])
+            content = _FORMER_PAGE.format(module=module, filters=filters) + "".join(
+                f"::: {module}.{name}\n    options:\n      heading_level: 3\n\n"
+                for name in sorted(former))
+        else:
+            content = f"::: {module}\n"
         files.append(File.generated(config, _reference_uri(module), content=content))
     return files
 

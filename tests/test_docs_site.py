@@ -491,6 +491,105 @@ def test_every_public_dataclass_field_has_a_meaning() -> None:
     assert not undocumented, "fields without a meaning:\n" + "\n".join(undocumented)
 
 
+# -- the API reference shows the public API, current names first ------------------------------
+
+OURS = ("executors.", "integrations.")
+
+
+def _reference_page(site: Path, module: str) -> str:
+    return (site / "reference" / module / "index.html").read_text()
+
+
+def _documented_classes() -> set[type]:
+    """Every class a reference page documents (exported by a public module)."""
+    return {obj for module in _public_modules()
+            for obj in vars(importlib.import_module(module)).values() if isinstance(obj, type)
+            and obj.__name__ in getattr(importlib.import_module(module), "__all__", ())}
+
+
+def _top_level(code: str) -> list[str]:
+    """The comma-separated parts of `code` outside brackets (``A[T, U], B`` -> A[T, U] and B)."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(code):
+        depth += (char in "[(") - (char in "])")
+        if char == "," and depth == 0:
+            parts.append(code[start:i])
+            start = i + 1
+    return [*parts, code[start:]]
+
+
+@pytest.mark.timeout(360)
+def test_reference_shows_no_private_base(site: Path) -> None:
+    """No class on a reference page lists a base of ours that has no page ("Bases:
+    PortalCore", issue 24): each base of ours it names is a link to the base's entry."""
+    shown_private = []
+    for module in _public_modules():
+        text = _reference_page(site, module)
+        for bases in re.findall(r"Bases: <code>(.*?)</code></p>", text, re.DOTALL):
+            for base in _top_level(bases):
+                head = base.partition("[")[0]
+                title = re.search(r'title="([^"]+)"', head)
+                name = html.unescape(re.sub(r"<[^>]+>", "", head)).strip()
+                ours = title is not None and title.group(1).split(" ")[-1].strip("()").startswith(
+                    OURS)
+                linked = "autorefs-internal" in head
+                if name.startswith("_") or (ours and not linked):
+                    shown_private.append(f"{module}: Bases: {name}")
+    assert not shown_private, "private bases shown:\n" + "\n".join(shown_private)
+
+
+@pytest.mark.timeout(360)
+def test_reference_documents_what_classes_inherit_from_private_bases(site: Path) -> None:
+    """A public method or property a class gets from a private base of ours (its methods
+    would have no page) is documented on the class itself: ``SharedSemaphore.acquire``,
+    ``BlockingSemaphore.release`` and the queue proxies' ``qsize`` were missing."""
+    documented = _documented_classes()
+    missing = []
+    for module_name in _public_modules():
+        module = importlib.import_module(module_name)
+        text = _reference_page(site, module_name)
+        for name in getattr(module, "__all__", ()):
+            cls = getattr(module, name)
+            if not isinstance(cls, type) or cls.__module__.partition(".")[0] + "." not in OURS:
+                continue
+            # What a documented base provides is on that base's page (the class links to it).
+            covered = {c for base in cls.__mro__[1:] if base in documented for c in base.__mro__}
+            for member in {m for c in cls.__mro__ for m in vars(c) if not m.startswith("_")}:
+                owner = next(c for c in cls.__mro__ if member in vars(c))
+                if (owner is not cls and owner not in covered and owner.__module__.startswith(OURS)
+                        and f'id="{module_name}.{name}.{member}"' not in text):
+                    missing.append(f"{module_name}.{name}.{member} (from {owner.__name__})")
+    assert not missing, "members the reference does not show:\n" + "\n".join(sorted(missing))
+
+
+@pytest.mark.timeout(360)
+def test_reference_lists_former_names_last(site: Path) -> None:
+    """Where a module exports one object under two names (an old name kept working), its page
+    lists the current names as usual and the old one last, under a "Former names" heading
+    (issue 24: the bridge's ``default_limiter`` came second, above ``Portal``)."""
+    pairs_seen = 0
+    for module_name in _public_modules():
+        module = importlib.import_module(module_name)
+        names = list(getattr(module, "__all__", ()))
+        pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]
+                 if getattr(module, a) is getattr(module, b)]
+        text = _reference_page(site, module_name)
+        heading = text.find('id="former-names"')
+        if not pairs:
+            assert heading < 0, f"{module_name}'s page has former names but no old name"
+            continue
+        assert heading >= 0, f"{module_name}'s page has no 'Former names' heading"
+        assert ">Former names" in text[heading:heading + 200]
+        positions = {name: text.find(f'id="{module_name}.{name}"') for name in names}
+        assert all(at >= 0 for at in positions.values()), positions
+        former = {name for name, at in positions.items() if at > heading}
+        for a, b in pairs:
+            pairs_seen += 1
+            assert len({a, b} & former) == 1, f"{module_name}: one of {a}, {b} is the former name"
+        assert len(former) == len(pairs), f"{module_name}: only old names go last: {former}"
+    assert pairs_seen, "no module keeps a former name: the test checks nothing"
+
+
 # -- measured figures come from benchmarks/results/*.json -----------------------------------------
 
 # A figure in README.md followed by the call that renders it (docs/hooks.py explains the syntax):

@@ -74,11 +74,10 @@ def traversal_limiter() -> Semaphore:
     return _TRAVERSAL_LIMITER
 
 
-#: The former name of `TRAVERSAL_LIMIT`, kept working (it collided in meaning with the
-#: bridge's per-loop ``default_limiter``).
+#: The former name of `TRAVERSAL_LIMIT`: the same value.
 DEFAULT_LIMIT = TRAVERSAL_LIMIT
 
-#: The former name of `traversal_limiter`, kept working (same object).
+#: The former name of `traversal_limiter`: the same function.
 default_limiter = traversal_limiter
 
 

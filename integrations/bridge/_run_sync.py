@@ -29,8 +29,7 @@ Ts = TypeVarTuple("Ts")
 
 #: Threads one event loop runs `run_sync` calls on at once by default (trio's and anyio's 40).
 RUN_SYNC_LIMIT: Final = 40
-#: The former name of `RUN_SYNC_LIMIT` (kept: it was public). Not `executors.aio.DEFAULT_LIMIT`,
-#: which is the former name of the traversal's process-wide `TRAVERSAL_LIMIT`.
+#: The former name of `RUN_SYNC_LIMIT`: the same value.
 DEFAULT_LIMIT: Final = RUN_SYNC_LIMIT
 #: An idle worker thread exits after this many seconds (anyio prunes after 10 s).
 _IDLE_SECONDS: Final = 10.0
@@ -76,8 +75,7 @@ def run_sync_limiter() -> Semaphore:
     return limiter
 
 
-#: The former name of `run_sync_limiter` (kept: it was public). Not `executors.aio`'s
-#: `default_limiter`, the former name of the traversal's process-wide `traversal_limiter`.
+#: The former name of `run_sync_limiter`: the same function.
 default_limiter = run_sync_limiter
 
 
