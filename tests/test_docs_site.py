@@ -225,6 +225,93 @@ def test_topic_page_renders_in_browser(served: _Server, tmp_path: Path) -> None:
     assert not failed, f"the browser got errors: {failed}"
 
 
+def test_home_page_rows_link_to_their_pages() -> None:
+    """Each row of the home page's "What is in it" table links to a page that exists, and the
+    background service row to its topic page, not the API reference (issue 24)."""
+    text = _text("index.md")
+    rows = {cells[0]: cells[-1] for line in text.splitlines() if line.startswith("| ")
+            for cells in [[c.strip() for c in line.strip("|").split("|")]]}
+    links = {area: re.search(r"\]\(([^)#]+)", cell) for area, cell in rows.items()}
+    assert links.get("background service") and links["background service"].group(1) == (
+        "service.md"), rows.get("background service")
+    generated = {f"reference/{module}.md" for module in _public_modules()}
+    missing = [target.group(1) for target in links.values() if target
+               and not (CONTENT / target.group(1)).is_file() and target.group(1) not in generated]
+    assert not missing, f"the home page links to pages that do not exist: {missing}"
+
+
+# Every code block and every table of a page, in a 1280-pixel window: a code block whose text
+# is wider than its box is clipped (Material scrolls it sideways); a table must lie, with the
+# box it scrolls in, inside the content column.
+CHECK_WIDTHS = """<!doctype html><meta charset="utf-8"><title>widths</title>
+<body><script>
+const pages = %s;
+const faults = [];
+let pending = pages.length;
+function scrollBox(table, column) {
+  for (let el = table.parentElement; el && el !== column; el = el.parentElement) {
+    const overflow = el.ownerDocument.defaultView.getComputedStyle(el).overflowX;
+    if (overflow === "auto" || overflow === "scroll") return el;
+  }
+  return table;
+}
+function check(page, doc) {
+  const column = doc.querySelector(".md-content");
+  const right = column.getBoundingClientRect().right;
+  for (const code of doc.querySelectorAll(".md-content pre > code")) {
+    if (code.scrollWidth > code.clientWidth + 1) {
+      const widest = code.textContent.split("\\n").sort((a, b) => b.length - a.length)[0];
+      faults.push(`${page}: code clipped by ${code.scrollWidth - code.clientWidth}px: ${widest}`);
+    }
+  }
+  for (const table of doc.querySelectorAll(".md-content table")) {
+    const edge = scrollBox(table, column).getBoundingClientRect().right;
+    if (edge > right + 1) {
+      const head = table.rows[0].textContent.trim().split(/\\s+/).slice(0, 4).join(" ");
+      faults.push(`${page}: table runs ${Math.round(edge - right)}px past the column: ${head}`);
+    }
+  }
+}
+for (const page of pages) {
+  const frame = document.createElement("iframe");
+  frame.width = 1280; frame.height = 900;
+  frame.onload = () => setTimeout(() => {
+    check(page, frame.contentDocument);
+    if (--pending === 0) {
+      const out = document.createElement("pre");
+      out.id = "result";
+      out.textContent = JSON.stringify(faults);
+      document.body.append(out);
+    }
+  }, 300);
+  frame.src = page;
+  document.body.append(frame);
+}
+</script></body>
+"""
+
+
+@pytest.mark.timeout(360)
+def test_no_code_block_or_table_overflows_at_1280_pixels(site: Path, served: _Server,
+                                                         tmp_path: Path) -> None:
+    """At a 1280-pixel window, on every page of the site, no code block is clipped and every
+    table, with the box it scrolls in, stays inside the content column (issue 24: the home and
+    bridge pages clipped their comments, the bridge benchmark table ran off the page)."""
+    pages = sorted("/" + str(p.parent.relative_to(site)).removeprefix(".").strip("/") + "/"
+                   for p in site.rglob("index.html"))
+    pages = [page.replace("//", "/") for page in pages]
+    chromium, faults = _chromium(), []
+    for first in range(0, len(pages), 8):  # a few pages a browser run: a busy machine copes
+        check = f"_check_widths_{first}.html"
+        (site / check).write_text(CHECK_WIDTHS % json.dumps(pages[first:first + 8]))
+        dom = _browse(chromium, tmp_path, f"{served.url}/{check}", "--dump-dom",
+                      "--window-size=1400,1000")
+        start, end = dom.find('<pre id="result">'), dom.find("</pre>")
+        assert start >= 0, f"the check page produced no result:\n{dom[-2000:]}"
+        faults += json.loads(html.unescape(dom[start + len('<pre id="result">'):end]))
+    assert not faults, "\n".join(faults)
+
+
 CHECK_IMAGES = """<!doctype html><meta charset="utf-8"><title>charts</title>
 <body><script>
 const pages = %s;

@@ -64,6 +64,19 @@ def _quick_start_commands() -> list[str]:
     return [line for line in block.splitlines() if line.strip()]
 
 
+def test_docs_home_page_shows_the_readme_quick_start() -> None:
+    """The docs home page's Quick start opens with the README's two commands, verbatim and in
+    order, in one code block (issue 24: it had a five-step sequence of its own); the page may
+    explain each step below them."""
+    text = (ROOT / "docs" / "content" / "index.md").read_text()
+    start = text.index("## Quick start")
+    section = text[start:text.index("\n## ", start + 1)]
+    fence = re.search(r"```(\w*)\n(.*?)```", section, re.DOTALL)
+    assert fence, "the docs Quick start has no code block"
+    commands = [line.removeprefix("$ ") for line in fence.group(2).splitlines() if line.strip()]
+    assert commands == _quick_start_commands(), commands
+
+
 def _extras() -> dict[str, list[str]]:
     with (ROOT / "pyproject.toml").open("rb") as f:
         extras: dict[str, list[str]] = tomllib.load(f)["project"]["optional-dependencies"]
