@@ -38,6 +38,7 @@ from typing import Final, Generic, TypeVar, final
 from executors import _validate
 from executors.aio import Channel, ChannelStatistics
 from executors.aio import channels as _aio_channels
+from executors.aio._cancel import defer_cancel
 from executors.aio._waiters import Waiter, WaiterQueue
 from executors.aio.channels import (
     Closed,
@@ -389,7 +390,9 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
         """Send `value`, waiting until a getter takes it (``size=0``) or there is room.
 
         Cancellation: raising `asyncio.CancelledError` means the value was not sent; one that
-        arrives after the value was taken is deferred to the next await.
+        arrives after the value was taken (or moved into the buffer) is deferred, as for
+        `executors.aio.Channel.send`: the send returns, and the cancellation reaches the task's
+        next await if it is still requested then.
 
         Raises:
             ChannelClosed: the channel is closed, now or while waiting.
@@ -415,7 +418,7 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
                 raise
             self._locked(_noop)  # the claim stored the payload under this mutex
             if waiter.value is _SENT:
-                _defer_cancellation(exc)
+                defer_cancel(exc)
                 return
             raise
         if waiter.value is _CLOSED:
@@ -518,15 +521,6 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
 
 def _noop() -> None:
     pass
-
-
-def _defer_cancellation(exc: asyncio.CancelledError) -> None:
-    # As executors.aio.channels: the operation completed, the cancellation fires at the next
-    # await, with the task's cancel count unchanged.
-    task = asyncio.current_task()
-    if task is not None:
-        task.uncancel()
-        task.cancel(exc.args[0] if exc.args else None)
 
 
 # -- blocking view -----------------------------------------------------------------------------
@@ -807,7 +801,7 @@ async def _task_select(select: Select) -> SelectResult:
                 raise
             payload = waiter.value
             if isinstance(payload, SendResult):
-                _defer_cancellation(exc)
+                defer_cancel(exc)
                 return payload
             _hand_back_result(payload, True)
             raise
