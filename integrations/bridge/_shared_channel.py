@@ -54,6 +54,7 @@ from executors.aio.channels import (
 )
 from executors.errors import ChannelClosed, WouldBlock
 
+from ._queue_storage import Withdrawable
 from ._shared_waiter import SharedTaskWaiter, SharedThreadWaiter, SharedWaiter
 from ._waker import running_loop
 
@@ -416,13 +417,33 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
             if waiter.abandon():
                 self._discard(reg)
                 raise
-            self._locked(_noop)  # the claim stored the payload under this mutex
+            # Both sections take the mutex: the claim stored the payload under it.
+            if isinstance(value, Withdrawable):  # final class: one type test
+                self._locked(self._withdraw_locked, value)
+                if value.withdrawn:  # a Queue's put, not yet got: it did not happen
+                    raise
+            else:
+                self._locked(_noop)
             if waiter.value is _SENT:
                 defer_cancel(exc)
                 return
             raise
         if waiter.value is _CLOSED:
             raise ChannelClosed("channel closed while the send waited")
+
+    def _withdraw_locked(self, value: Withdrawable[T]) -> None:
+        # A Queue's put cancelled after its value moved into the buffer (Withdrawable): take
+        # it back if no getter has it yet. The slot it frees goes to the head parked sender,
+        # as a get's would (_take).
+        buffer = self._buffer
+        if not buffer.withdraw(value):  # type: ignore[attr-defined]  # a Queue's buffer
+            return
+        value.withdrawn = True
+        senders = self._senders
+        while senders and len(buffer) < self._size:
+            reg = senders.popleft()
+            if reg.claim_sent():
+                buffer.append(reg.value)  # type: ignore[arg-type]
 
     async def get(self) -> T:
         """Get the next value, waiting for one.

@@ -10,13 +10,18 @@ with its result.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable
 
 import pytest
-from helpers.cancel_delivery import MODES, Endpoint, run_tasks
+from helpers.cancel_delivery import (
+    MODES,
+    Endpoint,
+    run_tasks,
+    select_endpoint,
+    sender_task_cancelled_after_hand_off,
+)
 
-from executors.aio import Channel, Closed, Get, Send, SendResult, select
+from executors.aio import Channel, Send, SendResult, select
 from executors.errors import ChannelClosed
 
 
@@ -25,21 +30,7 @@ def _channel_endpoint(size: int, via_select: bool) -> Callable[[], Endpoint]:
         ch: Channel[int] = Channel(size)
         if not via_select:
             return Endpoint(ch.send, ch.get, ch.close, (ChannelClosed,))
-        idle: Channel[int] = Channel()  # a second case that never fires
-
-        async def send(value: int) -> None:
-            result = await select(Send(ch, value), Get(idle))
-            if isinstance(result, Closed):
-                raise ChannelClosed("closed")
-            assert isinstance(result, SendResult)
-
-        async def get() -> Any:
-            result = await select(Get(ch), Get(idle))
-            if isinstance(result, Closed):
-                raise ChannelClosed("closed")
-            return result.value  # type: ignore[union-attr]
-
-        return Endpoint(send, get, ch.close, (ChannelClosed,))
+        return select_endpoint(ch, Channel())  # a second case that never fires
 
     return make
 
@@ -76,32 +67,14 @@ def test_campaign_many_seeds(mode: str) -> None:
 # -- the single scenarios, deterministic --------------------------------------------------------
 
 
-async def _parked_sender(ch: Channel[int], op: Callable[[], Awaitable[object]]
-                         ) -> asyncio.Task[object]:
-    task: asyncio.Task[object] = asyncio.ensure_future(op())
-    await asyncio.sleep(0)
-    assert ch.statistics().waiting_senders == 1
-    return task
-
-
 @pytest.mark.parametrize("how", ["send", "select"])
 def test_a_task_cancelled_after_its_value_was_taken_ends_with_its_result(how: str) -> None:
     """The 3.11 wait_for shape: a task running only the send, cancelled after a getter took the
     value and before it resumed, ends with its result, not cancelled (it used to end both
     cancelled and delivered)."""
 
-    async def main() -> object:
-        ch: Channel[int] = Channel()
-        op = Send(ch, 7)
-        task = await _parked_sender(ch, (lambda: ch.send(7)) if how == "send"
-                                    else (lambda: select(op)))
-        assert ch.get_nowait() == 7
-        task.cancel()
-        await asyncio.wait([task])
-        assert not task.cancelled()
-        return task.result()
-
-    result = asyncio.run(main())
+    cancelled, result = sender_task_cancelled_after_hand_off(Channel(), how)
+    assert not cancelled
     assert result is None if how == "send" else isinstance(result, SendResult)
 
 

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 __all__ = ("DELAYS", "MODES", "Endpoint", "Ledger", "ThreadEndpoint", "run_tasks",
-           "run_with_threads")
+           "run_with_threads", "select_endpoint", "sender_task_cancelled_after_hand_off")
 
 #: The timeouts and cancel delays the parties draw from (seconds).
 DELAYS = (0.0005, 0.001, 1.0)
@@ -51,6 +51,45 @@ class Endpoint:
     get: Callable[[], Awaitable[Any]]
     close: Callable[[], object]
     closed: tuple[type[BaseException], ...]
+
+
+def select_endpoint(ch: Any, idle: Any) -> Endpoint:
+    """`ch`'s send and get through ``select``, each beside a Get on `idle` (it never fires)."""
+    from executors.aio import Closed, Get, Send, SendResult, select
+    from executors.errors import ChannelClosed
+
+    async def send(value: int) -> None:
+        result = await select(Send(ch, value), Get(idle))
+        if isinstance(result, Closed):
+            raise ChannelClosed("closed")
+        assert isinstance(result, SendResult)
+
+    async def get() -> Any:
+        result = await select(Get(ch), Get(idle))
+        if isinstance(result, Closed):
+            raise ChannelClosed("closed")
+        return result.value  # type: ignore[union-attr]
+
+    return Endpoint(send, get, ch.close, (ChannelClosed,))
+
+
+def sender_task_cancelled_after_hand_off(ch: Any, how: str) -> tuple[bool, object]:
+    """A task that only sends 7 on `ch` (``ch.send`` or a select with a case that never fires)
+    parks; a getter takes the value and the task is cancelled before it resumes (the 3.11
+    wait_for shape). Returns (the task ended cancelled, its result or None)."""
+    from executors.aio import Channel, Get, Send, select
+
+    async def main() -> tuple[bool, object]:
+        task: asyncio.Task[object] = asyncio.ensure_future(
+            ch.send(7) if how == "send" else select(Send(ch, 7), Get(Channel())))
+        await asyncio.sleep(0)
+        assert ch.statistics().waiting_senders == 1
+        assert ch.get_nowait() == 7
+        task.cancel()
+        await asyncio.wait([task])
+        return task.cancelled(), None if task.cancelled() else task.result()
+
+    return asyncio.run(main())
 
 
 @dataclasses.dataclass
