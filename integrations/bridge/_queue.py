@@ -60,9 +60,10 @@ class Queue(Generic[T]):
       counted (janus counts it until the getter runs).
     - `task_done`/`join` count every put, as `queue.Queue`.
     - Cancellation (asyncio's and janus's rule): an ``async_q.put`` that raises
-      `asyncio.CancelledError` put nothing; one cancelled after a getter took its item returns
-      (the cancellation reaches the task's next await, if still requested). Likewise a
-      cancelled ``async_q.get`` took nothing.
+      `asyncio.CancelledError` put nothing (an item that moved into the queue as the putter
+      was cancelled is taken back, unless a getter already has it: then the put returns, and
+      the cancellation reaches the task's next await if still requested). A cancelled
+      ``async_q.get`` took nothing (an item handed to it is passed on).
 
     `LifoQueue` and `PriorityQueue` are the same queue in another order. Subclassing is for
     those two: janus's storage hooks (``_init``, ``_put``, ``_get``, ``_qsize``) do not exist

@@ -22,6 +22,7 @@ from helpers.cancel_delivery import (
 )
 
 from executors.aio import Channel, Send, SendResult, select
+from executors.aio._cancel import defer_cancel
 from executors.errors import ChannelClosed
 
 
@@ -167,3 +168,41 @@ def test_an_outside_cancel_after_the_hand_off_arrives_at_the_next_await() -> Non
 
     assert asyncio.run(main()) == ["sent", ("cancelled", 1)]
 
+
+
+def test_the_deferred_cancellation_keeps_its_message_and_is_a_no_op_outside_a_task() -> None:
+    """The re-delivered cancellation carries the message of the cancel() it stands for; the
+    rule does nothing when no task is running (a loop callback)."""
+
+    async def main() -> object:
+        ch: Channel[int] = Channel()
+
+        async def sender() -> object:
+            await ch.send(1)
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError as exc:
+                return exc.args
+            return "not cancelled"
+
+        task = asyncio.create_task(sender())
+        await wait_until_parked(ch)
+        ch.get_nowait()
+        task.cancel("why")
+        return await task
+
+    async def outside_a_task() -> int:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+
+        def callback() -> None:  # on the loop, but no task is running
+            defer_cancel(asyncio.CancelledError("outside"))
+            done.set_result(None)
+
+        loop.call_soon(callback)
+        await done
+        await asyncio.sleep(0)  # nothing was requested of this task either
+        return _cancelling()
+
+    assert asyncio.run(main()) == ("why",)
+    assert asyncio.run(outside_a_task()) == 0
