@@ -1,8 +1,15 @@
-"""Cancellation bookkeeping shared by the task groups and the combinators (private).
+"""Cancellation bookkeeping: the one rule for a cancellation that cannot be honoured (private).
 
-Each helper keeps one promise of `asyncio.TaskGroup` as it stands in Python 3.13 on every
-supported version: a refused coroutine is closed, and the parent task's cancellation state
-(``cancelling()`` and the pending cancellation) is left as 3.13 leaves it.
+The rule: whoever catches a `CancelledError` it cannot honour (the operation it interrupted has
+already taken effect, or errors beat it) lets the task go on, and the cancellation is requested
+again *once the task yields*, and only if the task is still counted as cancelling then
+(`redeliver_cancel`, `defer_cancel`). Never an immediate ``uncancel(); cancel()``: before 3.13
+the ``uncancel()`` of an ``asyncio.timeout()`` that consumed the request cannot withdraw it, and
+a task that ends right after the operation would end cancelled although it took effect.
+
+The task groups' helpers also keep the promises of `asyncio.TaskGroup` as it stands in Python
+3.13 on every supported version: a refused coroutine is closed, and the parent task's
+cancellation state (``cancelling()`` and the pending cancellation) is left as 3.13 leaves it.
 """
 
 from __future__ import annotations
@@ -12,8 +19,10 @@ import inspect
 import sys
 from typing import Any
 
+from ._atomic import atomic
+
 __all__ = ("UNCANCEL_CLEARS_MUST_CANCEL", "absorb_stale_cancel", "close_refused",
-           "redeliver_cancel")
+           "defer_cancel", "redeliver_cancel")
 
 # Before 3.13, Task.uncancel() does not clear a pending `_must_cancel` when the count reaches 0
 # (gh-116720, fixed in 3.13 by PR #117407).
@@ -75,14 +84,41 @@ def redeliver_cancel(task: asyncio.Task[Any]) -> None:
         task.uncancel()
         task.cancel()
     else:
-        task.get_loop().call_soon(_redeliver_if_still_requested, task)
+        task.get_loop().call_soon(_redeliver_if_still_requested, task, None)
 
 
-def _redeliver_if_still_requested(task: asyncio.Task[Any]) -> None:
-    # Runs once `task` has yielded (it is the running task when redeliver_cancel is called): if
-    # nobody withdrew the cancellation meanwhile, cancel() interrupts the await it is parked
-    # on, and uncancel() first keeps the count where the outside canceller left it.
+@atomic
+def defer_cancel(exc: asyncio.CancelledError) -> None:
+    """The running task caught `exc` after its operation's point of no return: defer it.
+
+    For an operation that took effect although a cancellation arrived (a send whose value a
+    getter already took, njsmith in anyio#147: past the point of no return a cancellation must
+    be a no-op for the operation). The caller returns the operation's result, and then:
+
+    - the task ends with that result if it ends without yielding again (an ``asyncio.wait_for``
+      inner task on 3.11, a task that only puts to a queue): a task never reports both
+      "cancelled" and "it took effect";
+    - when the task next yields, the cancellation is requested again (``uncancel(); cancel()``,
+      with `exc`'s message, so ``cancelling()`` keeps its count) only if the task is still
+      counted as cancelling: an ``asyncio.timeout()`` or ``wait_for`` (3.12+) that expired and
+      withdrew its request with ``uncancel()`` as its block exited leaves no stray
+      `CancelledError` behind, on every version; an outside ``cancel()`` arrives at the next
+      await of a task that goes on.
+
+    A no-op outside a task.
+    """
+    task = asyncio.current_task()
+    if task is not None:
+        task.get_loop().call_soon(_redeliver_if_still_requested, task,
+                                  exc.args[0] if exc.args else None)
+
+
+def _redeliver_if_still_requested(task: asyncio.Task[Any], message: object) -> None:
+    # Runs once `task` has yielded (it is the running task when the callback is scheduled, and
+    # the callback runs before the task's next step): if nobody withdrew the cancellation
+    # meanwhile, cancel() interrupts the await it is parked on, and uncancel() first keeps the
+    # count where the canceller left it.
     if task.done() or not task.cancelling():
         return
     task.uncancel()
-    task.cancel()
+    task.cancel(message)

@@ -14,6 +14,7 @@ from typing import Final, Generic, TypeVar, final
 from executors.errors import ChannelClosed, WouldBlock
 
 from ._atomic import atomic
+from ._cancel import defer_cancel
 from ._waiters import TaskWaiter, Waiter, WaiterQueue, bind_loop
 
 __all__ = (
@@ -356,21 +357,6 @@ class _Registration:
         return f"<_Registration op={self.op!r} waiter={self.waiter!r}>"
 
 
-@atomic
-def _defer_cancellation(exc: asyncio.CancelledError) -> None:
-    """Re-request a cancellation that arrived after an operation's point of no return.
-
-    The operation completed (its value was taken), so it reports success and the cancellation
-    fires at the task's next await instead (njsmith in anyio#147: past the point of no return a
-    cancellation must be a no-op for the operation). uncancel() then cancel() keeps the task's
-    cancel count unchanged, so asyncio.timeout() and TaskGroup still recognise their own request.
-    """
-    task = asyncio.current_task()
-    if task is not None:
-        task.uncancel()
-        task.cancel(exc.args[0] if exc.args else None)
-
-
 # --------------------------------------------------------------------------------------------
 # Channel
 
@@ -410,8 +396,10 @@ class Channel(Generic[T]):
       a parked waiter.
     - Cancellation loses nothing. A getter cancelled after a value was handed to it passes the
       value on (to the next getter, or back to the head of the buffer). A sender cancelled after
-      its value was taken returns normally and the cancellation fires at its next await; one
-      cancelled before that raises `asyncio.CancelledError` and its value is never received.
+      its value was taken returns normally, and the cancellation reaches its next await if it
+      is still requested then (a timeout that withdrew it leaves nothing; a task that ends at
+      once ends with its result: never both cancelled and sent); one cancelled before that
+      raises `asyncio.CancelledError` and its value is never received.
     - `close()` (from the send side): parked senders and later sends raise `ChannelClosed`;
       buffered values are still delivered, then every get raises `ChannelClosed`. "Closed and
       drained" is final: while a value handed to a getter task is in flight (that task has not
@@ -628,9 +616,11 @@ class Channel(Generic[T]):
     async def send(self, value: T) -> None:
         """Send `value`, waiting until a getter takes it (``size=0``) or there is room.
 
-        Cancellation: raising `asyncio.CancelledError` means the value was not sent; a
-        cancellation that arrives after the value was taken is deferred to the next await, and
-        the send returns normally.
+        Cancellation: raising `asyncio.CancelledError` means the value was not sent. One that
+        arrives after the value was taken cannot undo the send: the send returns normally, and
+        the cancellation is requested again when the task next yields, if the task is still
+        counted as cancelling then (an `asyncio.timeout` that expired and withdrew its request
+        leaves nothing behind; a task that ends at once ends with its result).
 
         Raises:
             ChannelClosed: the channel is closed, now or while waiting.
@@ -647,7 +637,7 @@ class Channel(Generic[T]):
         except asyncio.CancelledError as exc:
             received = future.result() if future.done() and not future.cancelled() else _NOTHING
             if self._leave_send(reg, received):
-                _defer_cancellation(exc)
+                defer_cancel(exc)
                 return
             raise
         if payload is _CLOSED:
@@ -733,7 +723,7 @@ class Select:
       `Closed`, unless built with ``ignore_on_closed=True``: then they are never chosen.
     - Cancellation loses nothing and leaves no registration on any channel (as for
       `Channel.get` and `Channel.send`: a completed `Send` returns its result and the
-      cancellation is deferred to the next await).
+      cancellation is deferred to the next await, if still requested then).
 
     Decisions where Go would block forever: a select with no operations raises `ValueError`; a
     select whose every operation is ``ignore_on_closed`` on a closed channel raises
@@ -972,7 +962,7 @@ class Select:
             received = future.result() if future.done() and not future.cancelled() else _NOTHING
             completed = self._leave(regs, received)
             if completed is not None:
-                _defer_cancellation(exc)
+                defer_cancel(exc)
                 return completed
             raise
         if payload is _ALL_CLOSED:

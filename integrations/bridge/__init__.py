@@ -10,6 +10,13 @@ Two directions:
   and tasks are served in one order.
 - Asyncio into threads: ``await run_sync(fn, *args)`` runs blocking code in a worker thread,
   under a thread limiter, with the caller's contextvars, waiting for the thread on cancellation.
+
+Primitives shared by threads and tasks of any loop, with no portal: `SharedChannel`,
+`SharedSemaphore`, `SharedBoundedSemaphore`, `SharedLock`, and janus 2.0's queues under every
+name janus exports (`Queue`, `LifoQueue`, `PriorityQueue`, `SyncQueue`, `AsyncQueue`,
+`BaseQueue`, `SyncQueueEmpty`, `AsyncQueueEmpty`, `SyncQueueFull`, `AsyncQueueFull`,
+`SyncQueueShutDown`, `AsyncQueueShutDown`): ``from integrations.bridge import ...`` replaces
+``from janus import ...``.
 """
 
 from __future__ import annotations
@@ -17,8 +24,19 @@ from __future__ import annotations
 from ._portal import Portal as Portal
 from ._portal import PortalStatistics as PortalStatistics
 from ._queue import AsyncQueueProxy as AsyncQueueProxy
+from ._queue import LifoQueue as LifoQueue
+from ._queue import PriorityQueue as PriorityQueue
 from ._queue import Queue as Queue
 from ._queue import SyncQueueProxy as SyncQueueProxy
+from ._queue_protocols import AsyncQueue as AsyncQueue
+from ._queue_protocols import AsyncQueueEmpty as AsyncQueueEmpty
+from ._queue_protocols import AsyncQueueFull as AsyncQueueFull
+from ._queue_protocols import AsyncQueueShutDown as AsyncQueueShutDown
+from ._queue_protocols import BaseQueue as BaseQueue
+from ._queue_protocols import SyncQueue as SyncQueue
+from ._queue_protocols import SyncQueueEmpty as SyncQueueEmpty
+from ._queue_protocols import SyncQueueFull as SyncQueueFull
+from ._queue_protocols import SyncQueueShutDown as SyncQueueShutDown
 from ._run_sync import RUN_SYNC_LIMIT as RUN_SYNC_LIMIT
 from ._run_sync import default_limiter as default_limiter
 from ._run_sync import run_sync as run_sync
@@ -62,4 +80,16 @@ __all__ = (
     "Queue",
     "SyncQueueProxy",
     "AsyncQueueProxy",
+    # janus 2.0's other names, under janus's names (migrating is one import).
+    "LifoQueue",
+    "PriorityQueue",
+    "BaseQueue",
+    "SyncQueue",
+    "AsyncQueue",
+    "SyncQueueEmpty",
+    "SyncQueueFull",
+    "SyncQueueShutDown",
+    "AsyncQueueEmpty",
+    "AsyncQueueFull",
+    "AsyncQueueShutDown",
 )

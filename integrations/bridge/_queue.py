@@ -1,59 +1,45 @@
-"""Queue: a janus 2.0 drop-in (``.sync_q`` for threads, ``.async_q`` for tasks) on SharedChannel.
+"""Queue, LifoQueue, PriorityQueue: janus 2.0 drop-ins (``.sync_q``, ``.async_q``) on SharedChannel.
 
 Migrating from janus is one import: ``from integrations.bridge import Queue`` where the code said
-``from janus import Queue`` (the exception names are here too: ``SyncQueueEmpty``,
-``AsyncQueueShutDown``, ...).
+``from janus import Queue``; every other name janus exports is in `integrations.bridge` too
+(its exceptions and protocols live in `_queue_protocols`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-import queue as _stdlib_queue
 import sys
 import threading
-from typing import Generic, TypeVar, final
+from typing import Any, ClassVar, Generic, TypeVar, final
 
 from executors.errors import ChannelClosed, WouldBlock
 
+from ._queue_protocols import (
+    AsyncQueue,
+    AsyncQueueEmpty,
+    AsyncQueueFull,
+    AsyncQueueShutDown,
+    SyncQueue,
+    SyncQueueEmpty,
+    SyncQueueFull,
+    SyncQueueShutDown,
+)
+from ._queue_storage import FifoBuffer, HeapBuffer, LifoBuffer, Withdrawable, unwrapped
 from ._shared_channel import SharedChannel
 from ._shared_waiter import SharedTaskWaiter, SharedThreadWaiter, SharedWaiter
 
 __all__ = (
     "Queue",
+    "LifoQueue",
+    "PriorityQueue",
     "SyncQueueProxy",
     "AsyncQueueProxy",
-    "SyncQueueEmpty",
-    "SyncQueueFull",
-    "SyncQueueShutDown",
-    "AsyncQueueEmpty",
-    "AsyncQueueFull",
-    "AsyncQueueShutDown",
 )
 
 T = TypeVar("T")
 
-# janus 2.0's exceptions (janus/__init__.py): the stdlib's, and on Python < 3.13, where the
-# stdlib has no shutdown exceptions, classes of its own (so are ours; a janus user catching
-# janus.SyncQueueShutDown catches ours only on 3.13+, where both are the stdlib's).
-SyncQueueEmpty = _stdlib_queue.Empty
-SyncQueueFull = _stdlib_queue.Full
-AsyncQueueEmpty = asyncio.QueueEmpty
-AsyncQueueFull = asyncio.QueueFull
 
-if sys.version_info >= (3, 13):
-    SyncQueueShutDown = _stdlib_queue.ShutDown
-    AsyncQueueShutDown = asyncio.QueueShutDown
-else:
-
-    class SyncQueueShutDown(Exception):
-        """Raised by `sync_q` operations on a queue that was shut down (janus's name)."""
-
-    class AsyncQueueShutDown(Exception):
-        """Raised by `async_q` operations on a queue that was shut down (janus's name)."""
-
-
-@final
 class Queue(Generic[T]):
     """A FIFO queue for threads (`sync_q`) and tasks (`async_q`) with janus 2.0's API.
 
@@ -73,8 +59,15 @@ class Queue(Generic[T]):
     - `qsize()` counts buffered items; an item handed straight to a parked getter is never
       counted (janus counts it until the getter runs).
     - `task_done`/`join` count every put, as `queue.Queue`.
+    - Cancellation (asyncio's and janus's rule): an ``async_q.put`` that raises
+      `asyncio.CancelledError` put nothing (an item that moved into the queue as the putter
+      was cancelled is taken back, unless a getter already has it: then the put returns, and
+      the cancellation reaches the task's next await if still requested). A cancelled
+      ``async_q.get`` took nothing (an item handed to it is passed on).
 
-    No `PriorityQueue`/`LifoQueue` (janus has them): this queue is FIFO only.
+    `LifoQueue` and `PriorityQueue` are the same queue in another order. Subclassing is for
+    those two: janus's storage hooks (``_init``, ``_put``, ``_get``, ``_qsize``) do not exist
+    here.
 
     Example:
         >>> import asyncio, threading
@@ -96,6 +89,9 @@ class Queue(Generic[T]):
     __slots__ = ("_async_queue", "_channel", "_joiners", "_loop", "_maxsize", "_sync_queue",
                  "_tasks_mutex", "_unfinished_tasks")
 
+    #: The order the items are got in: the channel's buffer (see `_queue_storage`).
+    _buffer_class: ClassVar[type[FifoBuffer[Any]] | type[HeapBuffer]] = FifoBuffer
+
     def __init__(self, maxsize: float = 0) -> None:
         if isinstance(maxsize, bool) or not isinstance(maxsize, (int, float)):
             raise TypeError(f"Queue: maxsize must be a number, got {type(maxsize).__name__}")
@@ -103,6 +99,10 @@ class Queue(Generic[T]):
         # janus accepts a float (full once qsize >= maxsize): the capacity is its ceiling.
         capacity = math.ceil(maxsize) if maxsize > 0 else sys.maxsize
         self._channel: SharedChannel[T] = SharedChannel(capacity)
+        # The channel's sections use its buffer through append/popleft/appendleft/len/clear
+        # only: another order is another buffer (LifoQueue, PriorityQueue), and every buffer
+        # of ours can withdraw a cancelled put's item.
+        self._channel._buffer = self._buffer_class()  # type: ignore[assignment]
         self._loop: asyncio.AbstractEventLoop | None = None
         # task_done/join bookkeeping: a small lock of its own (never held with the channel's).
         self._tasks_mutex = threading.Lock()
@@ -219,6 +219,49 @@ class Queue(Generic[T]):
                 self._joiners.remove(waiter)
 
 
+@final
+class LifoQueue(Queue[T]):
+    """A `Queue` that gets the most recently put item first (janus's ``LifoQueue``).
+
+    Everything else is `Queue`'s (both sides, task accounting, shutdown, cancellation). Parked
+    putters still take free slots in their arrival order; an item handed back by a getter that
+    was cancelled before it resumed is on top again.
+
+    Example:
+        >>> q: LifoQueue[int] = LifoQueue()
+        >>> for i in (1, 3, 2):
+        ...     q.sync_q.put(i)
+        >>> [q.sync_q.get() for _ in range(3)]
+        [2, 3, 1]
+    """
+
+    __slots__ = ()
+
+    _buffer_class = LifoBuffer
+
+
+@final
+class PriorityQueue(Queue[T]):
+    """A `Queue` that gets the lowest item first (janus's ``PriorityQueue``; `heapq` order).
+
+    Items are typically ``(priority, data)`` tuples and must be comparable with ``<``, which
+    runs inside the queue's mutex (as in janus and `queue.PriorityQueue`): a comparison must
+    not use the queue. Equal items come out in no promised order. Everything else is
+    `Queue`'s; parked putters take free slots in their arrival order.
+
+    Example:
+        >>> q: PriorityQueue[tuple[int, str]] = PriorityQueue()
+        >>> for item in ((2, "b"), (1, "a"), (3, "c")):
+        ...     q.sync_q.put(item)
+        >>> [q.sync_q.get()[1] for _ in range(3)]
+        ['a', 'b', 'c']
+    """
+
+    __slots__ = ()
+
+    _buffer_class = HeapBuffer
+
+
 class _Side(Generic[T]):
     """What both sides share: sizes and task accounting."""
 
@@ -264,7 +307,7 @@ class _Side(Generic[T]):
 
 
 @final
-class SyncQueueProxy(_Side[T]):
+class SyncQueueProxy(_Side[T], SyncQueue[T]):
     """`Queue.sync_q`: the `queue.Queue` API, for threads (blocking calls, timeouts)."""
 
     __slots__ = ()
@@ -306,8 +349,8 @@ class SyncQueueProxy(_Side[T]):
             raise ValueError("'timeout' must be a non-negative number")
         try:
             if block:
-                return self._channel.blocking.get(timeout)
-            return self._channel.get_nowait()
+                return unwrapped(self._channel.blocking.get(timeout))
+            return unwrapped(self._channel.get_nowait())
         except ChannelClosed:
             raise SyncQueueShutDown from None
         except (TimeoutError, WouldBlock):
@@ -338,7 +381,7 @@ class SyncQueueProxy(_Side[T]):
 
 
 @final
-class AsyncQueueProxy(_Side[T]):
+class AsyncQueueProxy(_Side[T], AsyncQueue[T]):
     """`Queue.async_q`: the `asyncio.Queue` API, for tasks (of the loop the queue binds to)."""
 
     __slots__ = ()
@@ -353,8 +396,14 @@ class AsyncQueueProxy(_Side[T]):
         parent = self._parent
         parent._check_loop()
         parent._added()
+        channel = self._channel
         try:
-            await self._channel.send(item)
+            try:
+                channel.send_nowait(item)
+            except WouldBlock:
+                # It parks. Its item may move into the queue before the task resumes, so it
+                # goes in a Withdrawable: a cancellation then takes it back unless it was got.
+                await channel.send(Withdrawable(item))  # type: ignore[arg-type]
         except BaseException as exc:
             parent._done(1, check=False)
             if isinstance(exc, ChannelClosed):
@@ -388,7 +437,7 @@ class AsyncQueueProxy(_Side[T]):
         """
         self._parent._check_loop()
         try:
-            return await self._channel.get()
+            return unwrapped(await self._channel.get())
         except ChannelClosed:
             raise AsyncQueueShutDown from None
 
@@ -398,9 +447,16 @@ class AsyncQueueProxy(_Side[T]):
         Raises:
             AsyncQueueEmpty: none available. AsyncQueueShutDown: shut down and empty.
         """
-        self._parent._check_loop()
         try:
-            return self._channel.get_nowait()
+            self._parent._check_loop()
+        except RuntimeError:
+            # janus looks at the items before the loop: an empty queue raises Empty (or
+            # ShutDown) outside a running loop too, and on another loop.
+            if not len(self._channel):
+                raise (AsyncQueueShutDown if self.closed else AsyncQueueEmpty)() from None
+            raise
+        try:
+            return unwrapped(self._channel.get_nowait())
         except ChannelClosed:
             raise AsyncQueueShutDown from None
         except WouldBlock:

@@ -38,6 +38,7 @@ from typing import Final, Generic, TypeVar, final
 from executors import _validate
 from executors.aio import Channel, ChannelStatistics
 from executors.aio import channels as _aio_channels
+from executors.aio._cancel import defer_cancel
 from executors.aio._waiters import Waiter, WaiterQueue
 from executors.aio.channels import (
     Closed,
@@ -53,6 +54,7 @@ from executors.aio.channels import (
 )
 from executors.errors import ChannelClosed, WouldBlock
 
+from ._queue_storage import Withdrawable
 from ._shared_waiter import SharedTaskWaiter, SharedThreadWaiter, SharedWaiter
 from ._waker import running_loop
 
@@ -389,7 +391,9 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
         """Send `value`, waiting until a getter takes it (``size=0``) or there is room.
 
         Cancellation: raising `asyncio.CancelledError` means the value was not sent; one that
-        arrives after the value was taken is deferred to the next await.
+        arrives after the value was taken (or moved into the buffer) is deferred, as for
+        `executors.aio.Channel.send`: the send returns, and the cancellation reaches the task's
+        next await if it is still requested then.
 
         Raises:
             ChannelClosed: the channel is closed, now or while waiting.
@@ -413,13 +417,33 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
             if waiter.abandon():
                 self._discard(reg)
                 raise
-            self._locked(_noop)  # the claim stored the payload under this mutex
+            # Both sections take the mutex: the claim stored the payload under it.
+            if isinstance(value, Withdrawable):  # final class: one type test
+                self._locked(self._withdraw_locked, value)
+                if value.withdrawn:  # a Queue's put, not yet got: it did not happen
+                    raise
+            else:
+                self._locked(_noop)
             if waiter.value is _SENT:
-                _defer_cancellation(exc)
+                defer_cancel(exc)
                 return
             raise
         if waiter.value is _CLOSED:
             raise ChannelClosed("channel closed while the send waited")
+
+    def _withdraw_locked(self, value: Withdrawable[T]) -> None:
+        # A Queue's put cancelled after its value moved into the buffer (Withdrawable): take
+        # it back if no getter has it yet. The slot it frees goes to the head parked sender,
+        # as a get's would (_take).
+        buffer = self._buffer
+        if not buffer.withdraw(value):  # type: ignore[attr-defined]  # a Queue's buffer
+            return
+        value.withdrawn = True
+        senders = self._senders
+        while senders and len(buffer) < self._size:
+            reg = senders.popleft()
+            if reg.claim_sent():
+                buffer.append(reg.value)  # type: ignore[arg-type]
 
     async def get(self) -> T:
         """Get the next value, waiting for one.
@@ -518,15 +542,6 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
 
 def _noop() -> None:
     pass
-
-
-def _defer_cancellation(exc: asyncio.CancelledError) -> None:
-    # As executors.aio.channels: the operation completed, the cancellation fires at the next
-    # await, with the task's cancel count unchanged.
-    task = asyncio.current_task()
-    if task is not None:
-        task.uncancel()
-        task.cancel(exc.args[0] if exc.args else None)
 
 
 # -- blocking view -----------------------------------------------------------------------------
@@ -807,7 +822,7 @@ async def _task_select(select: Select) -> SelectResult:
                 raise
             payload = waiter.value
             if isinstance(payload, SendResult):
-                _defer_cancellation(exc)
+                defer_cancel(exc)
                 return payload
             _hand_back_result(payload, True)
             raise

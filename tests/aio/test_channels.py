@@ -6,7 +6,6 @@ import asyncio
 import collections
 import contextlib
 import random
-import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -28,7 +27,8 @@ from executors.aio import (
     SendResult,
     select,
 )
-from executors.aio.channels import _defer_cancellation, _Registration
+from executors.aio._cancel import defer_cancel
+from executors.aio.channels import _Registration
 from executors.errors import ChannelClosed, WouldBlock
 
 T = TypeVar("T")
@@ -116,7 +116,7 @@ def test_state_changes_are_marked_atomic() -> None:
                Channel._park, Channel._received,
                Select._poll, Select._park, Select._leave, Select.add, Select.remove,
                _Registration.claim, _Registration.claim_sent, _Registration.claim_value,
-               _Registration.claim_closed, _defer_cancellation):
+               _Registration.claim_closed, defer_cancel):
         assert getattr(fn, "__executors_atomic__", False), fn
 
 
@@ -1097,39 +1097,6 @@ def test_deferred_cancellation_keeps_cancel_count() -> None:
         assert counts == [1]
 
     run(main)
-
-
-def test_deferred_cancellation_at_end_of_timeout_block() -> None:
-    """A send completed in the hand-off window as the last statement of an asyncio.timeout
-    block: the block exits normally; on 3.13 nothing is pending after it, while on 3.11/3.12
-    the deferred cancellation fires at the next await (documented limitation: uncancel() only
-    clears a pending cancellation from 3.13)."""
-
-    async def main() -> list[str]:
-        ch: Channel[int] = Channel()
-        scopes: list[asyncio.Timeout] = []
-        log: list[str] = []
-
-        async def sender() -> None:
-            async with asyncio.timeout(10) as scope:
-                scopes.append(scope)
-                await ch.send(1)
-            log.append("block exited")
-            try:
-                await asyncio.sleep(0)
-                log.append("nothing pending")
-            except asyncio.CancelledError:
-                log.append("cancelled later")
-
-        task = asyncio.create_task(sender())
-        await wait_until(lambda: ch.statistics().waiting_senders == 1)
-        scopes[0].reschedule(asyncio.get_running_loop().time() - 1)
-        assert ch.get_nowait() == 1
-        await task
-        return log
-
-    expected = "nothing pending" if sys.version_info >= (3, 13) else "cancelled later"
-    assert run(main) == ["block exited", expected]
 
 
 @pytest.mark.parametrize("how", ["get", "send", "select"])

@@ -1,7 +1,8 @@
 """janus 2.0.0's own test suite, run against `integrations.bridge.Queue`.
 
 The suite is taken from janus's sdist at test time (``pip download``), never copied into this
-repository. ``import janus`` resolves to a shim module built from `integrations.bridge._queue`;
+repository. ``import janus`` resolves to a shim module holding janus's every public name, taken
+from `integrations.bridge` (LifoQueue and PriorityQueue included);
 coroutine tests run under ``asyncio.run`` through a small hook (what janus gets from
 pytest-asyncio). Each test that cannot apply is skipped with the API difference it depends on.
 """
@@ -17,14 +18,14 @@ from pathlib import Path
 import pytest
 
 JANUS_VERSION = "2.0.0"
+#: janus 2.0.0's ``__all__`` (janus/__init__.py), the names the shim module takes from the bridge.
+JANUS_ALL = ("Queue", "PriorityQueue", "LifoQueue", "SyncQueue", "SyncQueueEmpty", "SyncQueueFull",
+             "SyncQueueShutDown", "AsyncQueue", "AsyncQueueEmpty", "AsyncQueueFull",
+             "AsyncQueueShutDown", "BaseQueue")
 
 #: Test name (substring of the node id) -> the API difference that makes it inapplicable.
 SKIPS: dict[str, str] = {
     "test_benchmarks.py": "benchmarks need pytest-codspeed's fixture; not API behaviour",
-    "PriorityQueue": "no janus.PriorityQueue: integrations.bridge.Queue is FIFO only",
-    "LifoQueue": "no janus.LifoQueue: integrations.bridge.Queue is FIFO only",
-    "priority": "no janus.PriorityQueue: integrations.bridge.Queue is FIFO only",
-    "lifo": "no janus.LifoQueue: integrations.bridge.Queue is FIFO only",
     "test_get_loop_": "calls janus's private Queue._get_loop(); the async side binds to its "
                       "first loop all the same (RuntimeError on another)",
     "_notifies_": "polls janus's private condition-waiter counters (_sync_not_empty_waiting, "
@@ -46,24 +47,15 @@ import types
 
 import pytest
 
-from integrations.bridge import _queue
+import integrations.bridge
 
+# janus's every public name, taken from integrations.bridge under the same name (a name
+# missing there fails here, at collection).
 shim = types.ModuleType("janus")
-for name in _queue.__all__:
-    setattr(shim, name, getattr(_queue, name))
-shim.SyncQueue = _queue.SyncQueueProxy
-shim.AsyncQueue = _queue.AsyncQueueProxy
+shim.__all__ = {names!r}
+for name in shim.__all__:
+    setattr(shim, name, getattr(integrations.bridge, name))
 shim.__version__ = "{version}"
-
-
-class _FifoOnly:
-    """Collection needs the names; every test using them is skipped (see SKIPS)."""
-
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError("integrations.bridge.Queue is FIFO only")
-
-
-shim.LifoQueue = shim.PriorityQueue = _FifoOnly
 sys.modules["janus"] = shim
 
 SKIPS = {skips!r}
@@ -127,7 +119,7 @@ def _janus_tests(tmp: Path) -> Path:
         tar.extractall(tmp, members=members, filter="data")
     tests = next(tmp.glob("janus-*/tests"))
     tests.joinpath("conftest.py").write_text(textwrap.dedent(
-        CONFTEST.format(version=JANUS_VERSION, skips=SKIPS)))
+        CONFTEST.format(version=JANUS_VERSION, skips=SKIPS, names=JANUS_ALL)))
     tests.parent.joinpath("pytest.ini").write_text(PYTEST_INI)
     return tests
 
@@ -135,13 +127,19 @@ def _janus_tests(tmp: Path) -> Path:
 @pytest.mark.timeout(300)
 def test_janus_suite_passes_against_queue(tmp_path: Path) -> None:
     """janus's own tests (sync, async and mixed) pass against `integrations.bridge.Queue`,
-    except the skips listed in SKIPS, each naming the API difference."""
+    `LifoQueue` and `PriorityQueue`, except the skips listed in SKIPS, each naming the API
+    difference."""
     tests = _janus_tests(tmp_path)
     repo = Path(__file__).resolve().parents[2]
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-         "-rs", str(tests)],
+         "-rA", str(tests)],
         cwd=tests.parent, capture_output=True, text=True, timeout=280, check=False,
         env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     assert " passed" in result.stdout
+    # LifoQueue and PriorityQueue run too: janus's order, join and blocking tests for each.
+    for kind in ("LifoQueue", "PriorityQueue"):
+        ran = [line for line in result.stdout.splitlines()
+               if line.startswith("PASSED") and f"Test{kind}" in line]
+        assert len(ran) >= 3, (kind, result.stdout[-3000:])
