@@ -802,7 +802,7 @@ class BlockingSharedChannel(Generic[T]):
                 ch._run_deferred()
         if waiter is None:
             if _HELD[0] is not None:
-                raise_held()  # sent: the exception of a signal that came meanwhile
+                raise_held(True)  # sent: the exception of a signal that came meanwhile
             return
         try:
             claimed = waiter.wait(seconds)

@@ -83,7 +83,7 @@ from typing import ClassVar, Final, Protocol, final
 from ._waker import LoopWaker, owed_set, running_loop, waker_for
 
 __all__ = ("SharedWaiter", "SharedThreadWaiter", "SharedTaskWaiter", "UNSET", "Owner",
-           "wake_or_hold", "hold", "raise_held", "held")
+           "wake_or_hold", "hold", "raise_held", "held", "drop_held", "COMPLETED_NOTE")
 
 
 class _Unset:
@@ -113,11 +113,22 @@ def held() -> bool:
     return _HELD[0] is not None
 
 
-def raise_held() -> None:
-    """Raise the held exception, if any (call after leaving every mutex)."""
+#: The note on a held exception raised after its operation took effect (a send, a release).
+COMPLETED_NOTE: Final = ("executors.bridge: raised after the operation completed (a signal "
+                         "handler raised it inside a section; it was held until the end)")
+
+
+def raise_held(completed: bool = False) -> None:
+    """Raise the held exception, if any (call after leaving every mutex).
+
+    With `completed`, the operation took effect before: the exception says so in a note
+    (`COMPLETED_NOTE`), so that a caller can tell it from one raised before anything happened.
+    """
     exc = _HELD[0]
     if exc is not None:
         _HELD[0] = None
+        if completed:
+            exc.add_note(COMPLETED_NOTE)
         raise exc
 
 
