@@ -407,7 +407,7 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
                        or isinstance(payload, (SendResult, Closed)))
             # One checkpoint-free stretch: the waiter lets go, `state` takes over.
             waiter.value = UNSET
-            state[0] = payload.value if is_result else payload  # type: ignore[union-attr]
+            state[0] = payload.value if is_result else payload  # type: ignore[attr-defined]
             if nothing:
                 put[0] = True
                 state[1] = True
@@ -865,7 +865,7 @@ class BlockingSharedChannel(Generic[T]):
             if value is not _NOTHING:
                 if _HELD[0] is not None:
                     raise_held()  # handled below: the value goes back
-                return value  # type: ignore[return-value]
+                return value
         except BaseException:
             if value is not _NOTHING:  # taken, but never returned: put it back
                 ch._put_back(value)
@@ -1057,7 +1057,7 @@ def _hand_back_waiter(waiter: SharedWaiter) -> None:
     # A parked select that received and then gave up: pass the value on, once.
     payload = waiter.value
     if isinstance(payload, GetResult):
-        channel = payload.channel
+        channel: object = payload.channel
         if isinstance(channel, SharedChannel):
             channel._hand_back(waiter)  # idempotent: the value is reset under its mutex
         else:
@@ -1073,8 +1073,10 @@ class _SelectOwner:
 
     def _lost(self, waiter: SharedTaskWaiter) -> None:
         payload = waiter.value
-        if isinstance(payload, GetResult) and isinstance(payload.channel, SharedChannel):
-            payload.channel._lost(waiter)
+        if isinstance(payload, GetResult):
+            channel: object = payload.channel
+            if isinstance(channel, SharedChannel):
+                channel._lost(waiter)
 
 
 _SELECT_OWNER: Final = _SelectOwner()

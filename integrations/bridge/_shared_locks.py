@@ -63,7 +63,7 @@ import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any, Final, Literal, Self, TypeVar, final
+from typing import Final, Literal, Self, TypeVar, final
 
 from executors import _validate
 from executors.aio import LockStatistics, SemaphoreStatistics
@@ -130,7 +130,8 @@ class _SharedPermits:
         self._bound = bound
         self._line: deque[SharedWaiter] = deque()  # arrival order; gone waiters are skipped
         self._left = 0  # parties that left the line themselves since the last compaction
-        self._deferred: deque[tuple[Callable[[Any], list[SharedWaiter] | None], object]] = deque()
+        self._deferred: deque[tuple[Callable[..., BaseException | None], tuple[object, ...]]] = (
+            deque())
         _live.add(self)
 
     # -- sections (call with the mutex held) -----------------------------------------------

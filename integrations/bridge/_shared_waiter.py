@@ -80,7 +80,7 @@ import asyncio
 import threading
 from typing import ClassVar, Final, Protocol, final
 
-from ._waker import LoopWaker, owed_set, running_loop, waker_for
+from ._waker import owed_set, running_loop, waker_for
 
 __all__ = ("SharedWaiter", "SharedThreadWaiter", "SharedTaskWaiter", "UNSET", "Owner",
            "wake_or_hold", "hold", "raise_held", "held", "drop_held", "COMPLETED_NOTE")

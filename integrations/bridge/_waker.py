@@ -122,7 +122,7 @@ def _repost_all(waker: LoopWaker, items: deque[SharedTaskWaiter]) -> None:
         try:
             if not waker.post(waiter):
                 waiter.lost()
-        except BaseException:  # noqa: S112 - retried: the wake-up must happen
+        except BaseException:  # retried: the wake-up must happen
             continue
         del items[0]
 
