@@ -887,8 +887,11 @@ class BlockingSharedChannel(Generic[T]):
         if payload is _CLOSED:
             raise ChannelClosed("get on a closed and drained channel")
         if _HELD[0] is not None:
-            ch._hand_back(waiter)
-            raise_held()
+            try:
+                raise_held()  # the main thread's only
+            except BaseException:
+                ch._hand_back(waiter)  # took nothing: the value goes back
+                raise
         return payload  # type: ignore[return-value]
 
     def send_nowait(self, value: T) -> None:
@@ -1194,8 +1197,11 @@ def select_blocking(*operations: Operation, timeout: float | None = None,
         if payload is _ALL_CLOSED:
             continue  # re-poll under all the locks: raises ChannelClosed if still so
         if _HELD[0] is not None:
-            _hand_back_waiter(waiter)
-            raise_held()
+            try:
+                raise_held()  # the main thread's only
+            except BaseException:
+                _hand_back_waiter(waiter)  # took nothing: the value goes back
+                raise
         return payload  # type: ignore[return-value]
 
 

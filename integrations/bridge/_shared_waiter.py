@@ -103,7 +103,13 @@ _HELD: list[BaseException | None] = [None]
 
 
 def hold(exc: BaseException) -> None:
-    """Keep `exc` (a signal handler's exception caught inside a section) for `raise_held`."""
+    """Keep `exc` (a signal handler's exception caught inside a section) for `raise_held`.
+
+    In the main thread only (signal handlers run nowhere else): elsewhere `exc` is not a
+    signal's, and is raised again.
+    """
+    if threading.get_ident() != _MAIN:
+        raise exc
     if _HELD[0] is None:
         _HELD[0] = exc
 
@@ -125,7 +131,7 @@ def raise_held(completed: bool = False) -> None:
     (`COMPLETED_NOTE`), so that a caller can tell it from one raised before anything happened.
     """
     exc = _HELD[0]
-    if exc is not None:
+    if exc is not None and threading.get_ident() == _MAIN:  # the main thread's to raise
         _HELD[0] = None
         if completed:
             exc.add_note(COMPLETED_NOTE)
@@ -134,7 +140,8 @@ def raise_held(completed: bool = False) -> None:
 
 def drop_held() -> None:
     """Forget a held exception: an exception of the same kind is propagating already."""
-    _HELD[0] = None
+    if threading.get_ident() == _MAIN:
+        _HELD[0] = None
 
 
 class Owner(Protocol):
@@ -218,9 +225,7 @@ def wake_or_hold(waiter: SharedWaiter) -> bool:
                 try:
                     return waiter.wake()
                 except BaseException as exc:
-                    if threading.get_ident() != _MAIN:
-                        raise  # not a signal handler's: a bug, let it show
-                    hold(exc)
+                    hold(exc)  # raises it again outside the main thread: not a signal's
         except BaseException as exc:
             hold(exc)
 
