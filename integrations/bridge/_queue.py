@@ -99,9 +99,10 @@ class Queue(Generic[T]):
         # janus accepts a float (full once qsize >= maxsize): the capacity is its ceiling.
         capacity = math.ceil(maxsize) if maxsize > 0 else sys.maxsize
         self._channel: SharedChannel[T] = SharedChannel(capacity)
-        # The channel's sections use its buffer through append/popleft/appendleft/len/clear
-        # only: another order is another buffer (LifoQueue, PriorityQueue), and every buffer
-        # of ours can withdraw a cancelled put's item.
+        # The channel's sections use its buffer through append, appendleft, ``buffer[0]`` and
+        # ``del buffer[0]`` (the next item is at index 0), len and clear only: another order is
+        # another buffer (LifoQueue, PriorityQueue), and every buffer of ours can withdraw a
+        # cancelled put's item.
         self._channel._buffer = self._buffer_class()  # type: ignore[assignment]
         self._loop: asyncio.AbstractEventLoop | None = None
         # task_done/join bookkeeping: a small lock of its own (never held with the channel's).

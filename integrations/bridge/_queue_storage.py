@@ -11,7 +11,7 @@ cancellation rules hold for every order.
 
 from __future__ import annotations
 
-import heapq
+import bisect
 from collections import deque
 from typing import Any, Generic, TypeVar, final
 
@@ -64,20 +64,24 @@ class FifoBuffer(deque[T]):
 
 
 class LifoBuffer(FifoBuffer[T]):
-    """Last in, first out (`LifoQueue`): the next get takes the newest item."""
+    """Last in, first out (`LifoQueue`): the newest item is kept at the head (index 0).
+
+    The channel's sections read the head with ``buffer[0]`` and drop it with ``del buffer[0]``
+    (no Python-level call between the two: Ctrl-C cannot split them), so every order keeps its
+    next item at index 0. Here both ``append`` (a put) and ``appendleft`` (a handed-back item,
+    the newest one got) are the C-level `deque.appendleft`, which runs no Python code.
+    """
 
     __slots__ = ()
 
-    def popleft(self) -> T:
-        return self.pop()
-
-    def appendleft(self, value: T) -> None:
-        # A handed-back item was the newest one got: it is on top again.
-        self.append(value)
+    append = deque.appendleft
+    appendleft = deque.appendleft
 
 
 class HeapBuffer(list[Any]):
-    """Lowest first (`PriorityQueue`), with `heapq` as `queue.PriorityQueue` and janus.
+    """Lowest first (`PriorityQueue`), as `queue.PriorityQueue` and janus, equal items in put
+    order: a list kept sorted, so the next item is at index 0 and ``del buffer[0]`` removes it
+    in one C-level step (the channel's sections rely on that: see `LifoBuffer`).
 
     The items' ``<`` runs inside the queue's mutex (janus and the stdlib compare under their
     locks too): an item's comparison must not use the queue. Items are stored unwrapped (a
@@ -88,28 +92,21 @@ class HeapBuffer(list[Any]):
 
     # Any: the items only need ``<``, which the channel's item type does not promise.
     def append(self, value: Any) -> None:
-        heapq.heappush(self, unwrapped(value))
+        bisect.insort_right(self, unwrapped(value))
 
     def appendleft(self, value: Any) -> None:
-        heapq.heappush(self, unwrapped(value))
-
-    def popleft(self) -> Any:
-        return heapq.heappop(self)
+        # A handed-back item was the lowest: it goes before the items equal to it.
+        bisect.insort_left(self, unwrapped(value))
 
     def withdraw(self, value: object) -> bool:
         """Remove the item of the `Withdrawable` `value` (by identity); False if absent.
 
         The same object put twice is the same item twice: removing either leaves the same
-        heap contents, so the priority order of what is left is the one without this put.
+        contents, so the order of what is left is the one without this put.
         """
         item = unwrapped(value)
         for index, stored in enumerate(self):
             if stored is item:
-                last = list.pop(self)
-                if index < len(self):
-                    self[index] = last
-                    heapq.heapify(self)
+                del self[index]
                 return True
         return False
-
-

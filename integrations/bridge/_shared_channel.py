@@ -33,13 +33,13 @@ import time
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import Final, Generic, TypeVar, final
+from typing import ClassVar, Final, Generic, TypeVar, final
 
 from executors import _validate
 from executors.aio import Channel, ChannelStatistics
 from executors.aio import channels as _aio_channels
 from executors.aio._cancel import defer_cancel
-from executors.aio._waiters import Waiter, WaiterQueue
+from executors.aio._waiters import Waiter
 from executors.aio.channels import (
     Closed,
     ForeignChannel,
@@ -55,7 +55,17 @@ from executors.aio.channels import (
 from executors.errors import ChannelClosed, WouldBlock
 
 from ._queue_storage import Withdrawable
-from ._shared_waiter import SharedTaskWaiter, SharedThreadWaiter, SharedWaiter
+from ._shared_waiter import (
+    _HELD,
+    UNSET,
+    SharedTaskWaiter,
+    SharedThreadWaiter,
+    SharedWaiter,
+    drop_held,
+    hold,
+    raise_held,
+    wake_or_hold,
+)
 from ._waker import running_loop
 
 __all__ = ("SharedChannel", "BlockingSharedChannel", "select_blocking")
@@ -79,7 +89,7 @@ class _Reg:
     __slots__ = ("channel", "group", "op", "queue", "value", "waiter")
 
     def __init__(self, waiter: SharedWaiter, channel: SharedChannel[object],
-                 queue: WaiterQueue[_Reg], op: Send[object] | Get[object] | None,
+                 queue: _Line, op: Send[object] | Get[object] | None,
                  value: object) -> None:
         self.waiter = waiter
         self.channel = channel
@@ -97,11 +107,22 @@ class _Reg:
     def claim_value(self, value: object) -> bool:
         op = self.op
         payload = value if op is None else GetResult(self.channel, op, value)  # type: ignore[arg-type]
-        if not self.waiter.claim(payload):
+        waiter = self.waiter
+        if not waiter.take(payload):
             return False
-        if self.waiter.resumes_on_loop:
-            self.channel._in_flight += 1  # until the task resumes or hands it back
-        return True
+        if not waiter.resumes_on_loop:
+            wake_or_hold(waiter)  # a thread waiter's wake never fails
+            return True
+        # Counted in the same checkpoint-free stretch as the take: in flight until the task
+        # consumes it or it comes back.
+        channel = self.channel
+        channel._in_flight += 1
+        if wake_or_hold(waiter):
+            return True
+        waiter.value = UNSET  # its loop closed after the take: the value stays here
+        channel._in_flight -= 1
+        waiter.returned()  # type: ignore[attr-defined]
+        return False
 
     def claim_closed(self) -> None:
         op = self.op
@@ -117,6 +138,44 @@ class _Reg:
             if all(reg.op is not None and reg.op.ignore_on_closed and reg.channel._closed
                    for reg in self.group):
                 self.waiter.claim(_ALL_CLOSED)
+
+
+@final
+class _Line:
+    """A FIFO of registrations (one channel's parked senders or getters) for the mutex holder.
+
+    A plain deque whose entries die in place: a registration whose waiter gave up or was claimed
+    through another case of its select fails its claim and is dropped when it reaches the head.
+    Sections read the head with ``items[0]`` and drop it with ``del items[0]`` (no call, so no
+    signal checkpoint between a claim and the removal of what it claimed). `discard` counts the
+    dead and compacts once they may outnumber the live (into a new deque, stored in one step).
+    """
+
+    __slots__ = ("dead", "items")
+
+    _COMPACT_MIN: ClassVar[int] = 64
+
+    def __init__(self) -> None:
+        self.items: deque[_Reg] = deque()
+        self.dead = 0
+
+    def append(self, reg: _Reg) -> None:
+        self.items.append(reg)
+
+    def discard(self, reg: _Reg) -> None:
+        """`reg`'s waiter gave up (its token is gone): count it; compact when worth it."""
+        self.dead += 1
+        items = self.items
+        if self.dead > self._COMPACT_MIN and self.dead * 2 > len(items):
+            self.items = deque([r for r in items if r.waiter.waiting])
+            self.dead = 0
+
+    def __len__(self) -> int:
+        """The live registrations (O(n): for statistics and repr, not for sections)."""
+        return sum(1 for reg in list(self.items) if reg.waiter.waiting)
+
+    def __iter__(self) -> Iterator[_Reg]:
+        return iter(list(self.items))
 
 
 @final
@@ -193,8 +252,8 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
         self._buffer: deque[T] = deque()
         self._closed = False
         self._in_flight = 0
-        self._senders: WaiterQueue[_Reg] = WaiterQueue()
-        self._getters: WaiterQueue[_Reg] = WaiterQueue()
+        self._senders = _Line()
+        self._getters = _Line()
         self._deferred: deque[Callable[[], object]] = deque()
         self._blocking: BlockingSharedChannel[T] = BlockingSharedChannel(self)
         _channels.add(self)  # type: ignore[arg-type]
@@ -234,85 +293,235 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
                 f"in_flight={self._in_flight} {state}>")
 
     # -- sections: the caller holds the mutex -----------------------------------------------
+    #
+    # Ctrl-C (design.md, "Ctrl-C"): a signal handler may raise at any checkpoint (a function's
+    # start, a backward jump, the return of a call into C). Sections read a FIFO's head with
+    # ``items[0]``, claim it, and only then drop it with ``del items[0]`` (no checkpoint between
+    # the claim's return and the drop), so an exception leaves every registration either
+    # queued or claimed. The sections that must not stop half-way (they hand something back or
+    # tell parked parties the channel closed) are restartable and run through `_complete`.
 
     def _take(self) -> T | _aio_channels._Nothing:
         """Take the next value (buffer head, else a parked sender's), or NOTHING."""
         buffer = self._buffer
-        senders = self._senders
+        items = self._senders.items
         if buffer:
-            value = buffer.popleft()
+            value = buffer[0]
+            del buffer[0]  # no call: no checkpoint between the read and the removal
             try:
                 # A slot opened: the head parked sender's value moves in (Go's chan.go recv).
-                while senders and len(buffer) < self._size:
-                    reg = senders.popleft()
+                while items and len(buffer) < self._size:
+                    reg = items[0]
                     if reg.claim_sent():
+                        del items[0]
                         buffer.append(reg.value)  # type: ignore[arg-type]
+                    else:
+                        del items[0]
             except BaseException:  # Ctrl-C: the taken value is not returned, put it back
                 buffer.appendleft(value)
                 raise
             return value
-        while senders:
-            reg = senders.popleft()
+        while items:
+            reg = items[0]
             if reg.claim_sent():
+                del items[0]
                 return reg.value  # type: ignore[return-value]
+            del items[0]
         return _NOTHING
 
     def _offer(self, value: T) -> bool:
         """Hand `value` to the first live parked getter, else buffer it if there is room."""
-        getters = self._getters
-        while getters:
-            if getters.popleft().claim_value(value):
+        items = self._getters.items
+        while items:
+            reg = items[0]
+            if reg.claim_value(value):
+                del items[0]
                 return True
+            del items[0]
         if len(self._buffer) < self._size:
             self._buffer.append(value)
             return True
         return False
 
-    def _put_back_locked(self, value: object) -> None:
-        getters = self._getters
-        while getters:
-            if getters.popleft().claim_value(value):
+    def _put_back_locked(self, value: object, done: list[bool], tail: bool = False) -> None:
+        # Restartable: `done` is set in the same checkpoint-free stretch as the commit. At the
+        # head of the buffer (a value handed back keeps its place), or its tail (a late send).
+        if done[0]:
+            return
+        items = self._getters.items
+        while items:
+            reg = items[0]
+            if reg.claim_value(value):
+                del items[0]
+                done[0] = True
                 return
-        self._buffer.appendleft(value)  # type: ignore[arg-type]
+            del items[0]
+        done[0] = True
+        if tail:
+            self._buffer.append(value)  # type: ignore[arg-type]
+        else:
+            self._buffer.appendleft(value)  # type: ignore[arg-type]
 
-    def _received_locked(self) -> None:
-        self._in_flight -= 1
+    def _received_locked(self, done: list[bool]) -> None:
+        if not done[0]:
+            done[0] = True
+            self._in_flight -= 1
+        self._closed_drained_locked()
+
+    def _closed_drained_locked(self) -> None:
+        # Restartable: tell the parked getters once the channel is closed and drained.
         if not self._in_flight and self._closed and not self._buffer:
-            getters = self._getters
-            while getters:
-                getters.popleft().claim_closed()
+            items = self._getters.items
+            while items:
+                items[0].claim_closed()
+                del items[0]
 
-    def _close_locked(self) -> None:
-        if self._closed:
-            raise ChannelClosed("close of a closed channel")
-        self._closed = True
+    def _close_locked(self, done: list[bool] | None = None) -> None:
+        if done is None:
+            done = [False]
+        if not done[0]:
+            if self._closed:
+                raise ChannelClosed("close of a closed channel")
+            done[0] = True
+            self._closed = True
         queues = (self._senders,) if self._in_flight else (self._getters, self._senders)
         for queue in queues:
-            while queue:
-                queue.popleft().claim_closed()
+            items = queue.items
+            while items:
+                items[0].claim_closed()
+                del items[0]
+
+    def _hand_back_locked(self, waiter: SharedWaiter, state: list[object],
+                          put: list[bool]) -> None:
+        """Pass on what `waiter` was handed and will not use (once: its value is reset).
+
+        Restartable: ``state`` is ``[value to pass on, or UNSET; counted]``, ``put`` the
+        put-back's `done` flag.
+        """
+        if state[0] is UNSET and not put[0]:
+            payload = waiter.value
+            if payload is UNSET:  # handed back already (a closing loop, a second path)
+                put[0] = True
+                state[1] = True
+                return
+            is_result = isinstance(payload, GetResult)
+            nothing = (payload is _CLOSED or payload is _SENT or payload is _ALL_CLOSED
+                       or isinstance(payload, (SendResult, Closed)))
+            # One checkpoint-free stretch: the waiter lets go, `state` takes over.
+            waiter.value = UNSET
+            state[0] = payload.value if is_result else payload  # type: ignore[attr-defined]
+            if nothing:
+                put[0] = True
+                state[1] = True
+                return
+        if not put[0]:
+            self._put_back_locked(state[0], put)
+        if not state[1]:
+            state[1] = True
+            if waiter.resumes_on_loop:
+                self._in_flight -= 1
+                waiter.returned()  # type: ignore[attr-defined]
+        self._closed_drained_locked()
 
     # -- sections that take the mutex (also the duck-typed hooks a select uses) ---------------
 
     def _put_back(self, value: object) -> None:
-        """A value handed to a party that gave up: pass it on, never drop it."""
-        self._locked(self._put_back_locked, value)
+        """A value handed to a party that gave up: pass it on, never drop it.
+
+        Completed even if a signal handler raises meanwhile (the exception is held); one that
+        arrives at its very start makes it start again.
+        """
+        done = [False]
+        try:
+            self._complete(self._put_back_locked, value, done)
+        except BaseException as exc:  # raised at _complete's first checkpoint: not begun
+            hold(exc)
+            self._complete(self._put_back_locked, value, done)
+        if self._deferred:
+            self._run_deferred()
 
     def _received(self) -> None:
         """A task handed a value resumed with it (or handed it back): no longer in flight."""
-        self._locked(self._received_locked)
+        done = [False]
+        try:
+            self._complete(self._received_locked, done)
+        except BaseException as exc:  # raised at _complete's first checkpoint: not begun
+            hold(exc)
+            self._complete(self._received_locked, done)
+        if self._deferred:
+            self._run_deferred()
+
+    def _hand_back(self, waiter: SharedWaiter) -> None:
+        """`waiter` gave up after it was handed a value: pass it on (once; idempotent)."""
+        state: list[object] = [UNSET, False]
+        put = [False]
+        try:
+            self._complete(self._hand_back_locked, waiter, state, put)
+        except BaseException as exc:  # raised at _complete's first checkpoint: not begun
+            hold(exc)
+            self._complete(self._hand_back_locked, waiter, state, put)
+        if self._deferred:
+            self._run_deferred()
+
+    def _lost(self, waiter: SharedTaskWaiter) -> None:
+        """Owner hook: `waiter`'s loop closed before its task consumed the value it was handed.
+
+        From a loop's close (or the collector), on any thread, perhaps one inside this
+        channel's mutex: deferred to the end of that section then (bpo-14976).
+        """
+        if self._mutex._is_owned():  # type: ignore[attr-defined]
+            self._deferred.append(lambda: self._hand_back(waiter))
+        else:
+            self._hand_back(waiter)
 
     def _discard(self, reg: _Reg) -> None:
         self._locked(reg.queue.discard, reg)
 
     def _locked(self, fn: Callable[..., object], *args: object) -> None:
         mutex = self._mutex
-        mutex.acquire()
         try:
+            mutex.acquire()  # inside the try: see _complete
             fn(*args)
         finally:
-            mutex.release()
+            try:
+                mutex.release()
+            except RuntimeError:  # the acquire was interrupted before it took the mutex
+                pass
         if self._deferred:
             self._run_deferred()
+
+    def _complete(self, section: Callable[..., object], *args: object) -> None:
+        """Run the restartable `section` under the mutex to its end, whatever a signal handler
+        raises meanwhile: the exception is held (`hold`) and the section run again (it skips
+        what it did). The caller raises the held exception once it is done (`raise_held`).
+
+        The mutex is taken inside the ``try``: an exception raised right after ``acquire``
+        returned still releases it. If the ``acquire`` itself was interrupted while it waited,
+        the release finds the mutex not owned (RuntimeError, ignored).
+        """
+        mutex = self._mutex
+        while True:
+            try:
+                while True:
+                    try:
+                        try:
+                            mutex.acquire()
+                            section(*args)
+                        finally:
+                            try:
+                                mutex.release()
+                            except RuntimeError:
+                                pass
+                        break
+                    except BaseException as exc:
+                        if isinstance(exc, ChannelClosed):
+                            raise
+                        hold(exc)
+                break
+            except ChannelClosed:
+                raise
+            except BaseException as exc:
+                hold(exc)
 
     def _run_deferred(self) -> None:
         deferred = self._deferred
@@ -323,7 +532,7 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
                 return
             fn()
 
-    def _park(self, waiter: SharedWaiter, queue: WaiterQueue[_Reg], value: object) -> _Reg:
+    def _park(self, waiter: SharedWaiter, queue: _Line, value: object) -> _Reg:
         reg = _Reg(waiter, self, queue, None, value)  # type: ignore[arg-type]
         queue.append(reg)
         return reg
@@ -345,26 +554,28 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
                 raise ChannelClosed("send on a closed channel")
             self._deferred.append(lambda: self._deferred_send(value))
             return
-        mutex.acquire()
         try:
+            mutex.acquire()  # inside the try: an exception right after it still releases
             if self._closed:
                 raise ChannelClosed("send on a closed channel")
             if not self._offer(value):
                 raise WouldBlock("channel full: no getter is waiting and the buffer has no room")
         finally:
-            mutex.release()
+            try:
+                mutex.release()
+            except RuntimeError:  # interrupted while it waited for the mutex: never taken
+                pass
         if self._deferred:
             self._run_deferred()
+        if _HELD[0] is not None:
+            raise_held()
 
     def _deferred_send(self, value: T) -> None:
         # The caller returned already: the value must be received, even past `size`.
-        mutex = self._mutex
-        mutex.acquire()
-        try:
-            if not self._offer(value):
-                self._buffer.append(value)
-        finally:
-            mutex.release()
+        self._complete(self._deferred_send_locked, value, [False])
+
+    def _deferred_send_locked(self, value: T, done: list[bool]) -> None:
+        self._put_back_locked(value, done, True)  # to a parked getter, else the buffer
 
     def get_nowait(self) -> T:
         """Get a value if one is available at once (buffered, or from a parked sender).
@@ -374,15 +585,18 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
             WouldBlock: nothing is available now.
         """
         mutex = self._mutex
-        mutex.acquire()
         try:
+            mutex.acquire()  # inside the try: an exception right after it still releases
             value = self._take()
             if value is _NOTHING:
                 if self._closed and not self._in_flight:
                     raise ChannelClosed("get on a closed and drained channel")
                 raise WouldBlock("channel empty: no value is buffered and no sender is waiting")
         finally:
-            mutex.release()
+            try:
+                mutex.release()
+            except RuntimeError:  # interrupted while it waited for the mutex: never taken
+                pass
         if self._deferred:
             self._run_deferred()
         return value
@@ -399,8 +613,8 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
             ChannelClosed: the channel is closed, now or while waiting.
         """
         mutex = self._mutex
-        mutex.acquire()
         try:
+            mutex.acquire()  # inside the try: an exception right after it still releases
             if self._closed:
                 raise ChannelClosed("send on a closed channel")
             if self._offer(value):
@@ -408,7 +622,10 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
             waiter = SharedTaskWaiter()
             reg = self._park(waiter, self._senders, value)
         finally:
-            mutex.release()
+            try:
+                mutex.release()
+            except RuntimeError:  # interrupted while it waited for the mutex: never taken
+                pass
             if self._deferred:
                 self._run_deferred()
         try:
@@ -439,11 +656,14 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
         if not buffer.withdraw(value):  # type: ignore[attr-defined]  # a Queue's buffer
             return
         value.withdrawn = True
-        senders = self._senders
-        while senders and len(buffer) < self._size:
-            reg = senders.popleft()
+        items = self._senders.items
+        while items and len(buffer) < self._size:
+            reg = items[0]
             if reg.claim_sent():
+                del items[0]
                 buffer.append(reg.value)  # type: ignore[arg-type]
+            else:
+                del items[0]
 
     async def get(self) -> T:
         """Get the next value, waiting for one.
@@ -455,39 +675,37 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
             ChannelClosed: the channel is closed and drained.
         """
         mutex = self._mutex
-        mutex.acquire()
         try:
+            mutex.acquire()  # inside the try: an exception right after it still releases
             value = self._take()
             if value is not _NOTHING:
                 return value
             if self._closed and not self._in_flight:
                 raise ChannelClosed("get on a closed and drained channel")
-            waiter = SharedTaskWaiter()
+            waiter = SharedTaskWaiter(self)  # owned: a closing loop hands its value back
             reg = self._park(waiter, self._getters, None)
         finally:
-            mutex.release()
+            try:
+                mutex.release()
+            except RuntimeError:  # interrupted while it waited for the mutex: never taken
+                pass
             if self._deferred:
                 self._run_deferred()
         try:
             await waiter.future
-        except asyncio.CancelledError:
+        except BaseException:
+            # Cancelled, or GeneratorExit (the coroutine is closed: its loop is gone and the
+            # task collected): leave the line, or pass on a value handed to us meanwhile.
             if waiter.abandon():
                 self._discard(reg)
                 raise
-            self._locked(self._hand_back_locked, waiter)
+            self._hand_back(waiter)
             raise
-        payload = waiter.value
+        payload = waiter.consume()
         if payload is _CLOSED:
             raise ChannelClosed("get on a closed and drained channel")
         self._received()
         return payload  # type: ignore[return-value]
-
-    def _hand_back_locked(self, waiter: SharedWaiter) -> None:
-        payload = waiter.value  # stored by the claim, under this mutex
-        if payload is not _CLOSED:
-            self._put_back_locked(payload)
-            if waiter.resumes_on_loop:
-                self._received_locked()
 
     def close(self) -> None:
         """Close the channel from the send side (as `executors.aio.Channel.close`).
@@ -503,11 +721,13 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
                 raise ChannelClosed("close of a closed channel")
             self._deferred.append(self._deferred_close)
             return
-        self._locked(self._close_locked)
+        self._complete(self._close_locked, [False])  # parked parties must all be told
+        if _HELD[0] is not None:
+            raise_held()
 
     def _deferred_close(self) -> None:
         try:
-            self._locked(self._close_locked)
+            self._complete(self._close_locked, [False])
         except ChannelClosed:  # closed meanwhile by someone else: the one close stands
             pass
 
@@ -570,6 +790,9 @@ class BlockingSharedChannel(Generic[T]):
     def send(self, value: T, timeout: float | None = None) -> None:
         """Send `value`: wait until a getter takes it (unbuffered) or there is room.
 
+        An exception raised by a signal handler (Ctrl-C) while it runs leaves the channel
+        consistent; the value may have been sent (then it is received once) or not.
+
         Raises:
             TimeoutError: not sent within `timeout` seconds (it never will be).
             ChannelClosed: the channel is closed, now or while waiting.
@@ -577,34 +800,48 @@ class BlockingSharedChannel(Generic[T]):
         seconds = _validate.timeout(timeout)
         ch = self._channel
         mutex = ch._mutex
-        mutex.acquire()
         try:
+            mutex.acquire()  # inside the try: an exception right after it still releases
             if ch._closed:
                 raise ChannelClosed("send on a closed channel")
             if ch._offer(value):
-                return
-            if seconds == 0:
+                waiter = None
+            elif seconds == 0:
                 raise TimeoutError(f"send: not taken within {timeout} s (the value was not sent)")
-            waiter = SharedThreadWaiter()
-            reg = ch._park(waiter, ch._senders, value)
+            else:
+                waiter = SharedThreadWaiter()
+                reg = ch._park(waiter, ch._senders, value)
         finally:
-            mutex.release()
+            try:
+                mutex.release()
+            except RuntimeError:  # interrupted while it waited for the mutex: never taken
+                pass
             if ch._deferred:
                 ch._run_deferred()
+        if waiter is None:
+            if _HELD[0] is not None:
+                raise_held(True)  # sent: the exception of a signal that came meanwhile
+            return
         try:
             claimed = waiter.wait(seconds)
         except BaseException:
             if not waiter.claimed:
                 ch._discard(reg)
+            drop_held()
             raise  # a value already taken stays sent
         if not claimed:
             ch._discard(reg)
             raise TimeoutError(f"send: not taken within {timeout} s (the value was not sent)")
         if waiter.value is _CLOSED:
             raise ChannelClosed("channel closed while the send waited")
+        if _HELD[0] is not None:
+            raise_held()
 
     def get(self, timeout: float | None = None) -> T:
         """Get the next value, waiting for one.
+
+        An exception raised by a signal handler (Ctrl-C) while it runs leaves the channel
+        consistent and takes no value: one already taken is put back at the head of the line.
 
         Raises:
             TimeoutError: no value within `timeout` seconds (none was taken).
@@ -614,36 +851,52 @@ class BlockingSharedChannel(Generic[T]):
         ch = self._channel
         mutex = ch._mutex
         yielded = seconds == 0 or ch._size <= 1  # no batch to wait for without a buffer
-        while True:
-            mutex.acquire()
-            try:
-                value = ch._take()
-                if value is not _NOTHING:
-                    return value
-                if ch._closed and not ch._in_flight:
-                    raise ChannelClosed("get on a closed and drained channel")
-                if seconds == 0:
-                    raise TimeoutError(f"get: no value within {timeout} s")
-                if yielded:
-                    waiter = SharedThreadWaiter()
-                    reg = ch._park(waiter, ch._getters, None)
-                    break
-            finally:
-                mutex.release()
-                if ch._deferred:
-                    ch._run_deferred()
-            # Empty: before parking, let the other threads (a producing loop) run once. A task
-            # producer then fills the buffer in one go instead of handing each value to a parked
-            # thread (a thread switch per message); the retry is the same section again.
-            yielded = True
-            time.sleep(0)
+        value: object = _NOTHING
+        try:
+            while True:
+                try:
+                    mutex.acquire()  # inside the try: an exception right after it releases
+                    value = ch._take()
+                    if value is not _NOTHING:
+                        break
+                    if ch._closed and not ch._in_flight:
+                        raise ChannelClosed("get on a closed and drained channel")
+                    if seconds == 0:
+                        raise TimeoutError(f"get: no value within {timeout} s")
+                    if yielded:
+                        waiter = SharedThreadWaiter()
+                        reg = ch._park(waiter, ch._getters, None)
+                        break
+                finally:
+                    try:
+                        mutex.release()
+                    except RuntimeError:  # interrupted while it waited: never taken
+                        pass
+                    if ch._deferred:
+                        ch._run_deferred()
+                # Empty: before parking, let the other threads (a producing loop) run once. A
+                # task producer then fills the buffer in one go instead of handing each value
+                # to a parked thread (a thread switch per message); the retry is the same
+                # section again.
+                yielded = True
+                time.sleep(0)
+            if value is not _NOTHING:
+                if _HELD[0] is not None:
+                    raise_held()  # handled below: the value goes back
+                return value
+        except BaseException:
+            if value is not _NOTHING:  # taken, but never returned: put it back
+                ch._put_back(value)
+                drop_held()
+            raise
         try:
             claimed = waiter.wait(seconds)
         except BaseException:
             if waiter.claimed:
-                ch._locked(ch._hand_back_locked, waiter)
+                ch._hand_back(waiter)
             else:
                 ch._discard(reg)
+            drop_held()
             raise
         if not claimed:
             ch._discard(reg)
@@ -651,6 +904,12 @@ class BlockingSharedChannel(Generic[T]):
         payload = waiter.value
         if payload is _CLOSED:
             raise ChannelClosed("get on a closed and drained channel")
+        if _HELD[0] is not None:
+            try:
+                raise_held()  # the main thread's only
+            except BaseException:
+                ch._hand_back(waiter)  # took nothing: the value goes back
+                raise
         return payload  # type: ignore[return-value]
 
     def send_nowait(self, value: T) -> None:
@@ -706,20 +965,31 @@ def _channel(op: _Op) -> object:
 
 
 def _acquire_all(mutexes: list[threading.RLock]) -> None:
-    taken = 0
+    # Interrupted (Ctrl-C), it releases what this thread holds: the owner check, not a count,
+    # tells, since an exception may come right after an acquire returned.
     try:
         for mutex in mutexes:
             mutex.acquire()
-            taken += 1
     except BaseException:
-        for mutex in reversed(mutexes[:taken]):
-            mutex.release()
+        _release_all(mutexes)
         raise
 
 
 def _release_all(mutexes: list[threading.RLock]) -> None:
-    for mutex in reversed(mutexes):
-        mutex.release()
+    # Every mutex is released even if a signal handler raises meanwhile (the exception is held:
+    # the caller raises it). Idempotent: only the mutexes this thread still holds.
+    while True:
+        try:
+            while True:
+                try:
+                    for mutex in reversed(mutexes):
+                        if mutex._is_owned():  # type: ignore[attr-defined]
+                            mutex.release()
+                    return
+                except BaseException as exc:
+                    hold(exc)
+        except BaseException as exc:
+            hold(exc)
 
 
 def _poll(order: Sequence[_Op]) -> SelectResult | None:
@@ -730,7 +1000,12 @@ def _poll(order: Sequence[_Op]) -> SelectResult | None:
         if isinstance(op, Get):
             value = channel._take()
             if value is not _NOTHING:
-                return GetResult(channel, op, value)  # type: ignore[arg-type]
+                try:
+                    return GetResult(channel, op, value)  # type: ignore[arg-type]
+                except BaseException:  # Ctrl-C before the result existed: the value goes back
+                    if isinstance(channel, SharedChannel):
+                        channel._put_back_locked(value, [False])
+                    raise
             ended = channel._closed and not channel._in_flight
         else:
             ended = channel._closed
@@ -799,6 +1074,35 @@ def _hand_back_result(payload: object, from_task: bool) -> None:
             channel._received()
 
 
+def _hand_back_waiter(waiter: SharedWaiter) -> None:
+    # A parked select that received and then gave up: pass the value on, once.
+    payload = waiter.value
+    if isinstance(payload, GetResult):
+        channel: object = payload.channel
+        if isinstance(channel, SharedChannel):
+            channel._hand_back(waiter)  # idempotent: the value is reset under its mutex
+        else:
+            waiter.value = UNSET
+            _hand_back_result(payload, waiter.resumes_on_loop)
+
+
+@final
+class _SelectOwner:
+    """The owner of a task select's waiter: a value it never consumed goes back to its channel."""
+
+    __slots__ = ()
+
+    def _lost(self, waiter: SharedTaskWaiter) -> None:
+        payload = waiter.value
+        if isinstance(payload, GetResult):
+            channel: object = payload.channel
+            if isinstance(channel, SharedChannel):
+                channel._lost(waiter)
+
+
+_SELECT_OWNER: Final = _SelectOwner()
+
+
 async def _task_select(select: Select) -> SelectResult:
     ops = _operations(select)
     mutexes = _mutexes(ops)
@@ -807,7 +1111,7 @@ async def _task_select(select: Select) -> SelectResult:
         try:
             result = _poll(_order(select, ops))
             if result is None:
-                waiter = SharedTaskWaiter()
+                waiter = SharedTaskWaiter(_SELECT_OWNER)
                 regs, aio_regs = _park_select(ops, waiter)
         finally:
             _release_all(mutexes)
@@ -815,19 +1119,20 @@ async def _task_select(select: Select) -> SelectResult:
             return result
         try:
             await waiter.future
-        except asyncio.CancelledError as exc:
+        except BaseException as exc:
+            # Cancelled, or GeneratorExit (the coroutine is closed: its loop is gone).
             abandoned = waiter.abandon()
             _unpark_select(regs, aio_regs)  # takes every mutex once: the payload is stored
             if abandoned:
                 raise
             payload = waiter.value
-            if isinstance(payload, SendResult):
+            if isinstance(payload, SendResult) and isinstance(exc, asyncio.CancelledError):
                 defer_cancel(exc)
                 return payload
-            _hand_back_result(payload, True)
+            _hand_back_waiter(waiter)
             raise
         _unpark_select(regs, aio_regs)
-        payload = waiter.value
+        payload = waiter.consume()
         if payload is _ALL_CLOSED:
             continue  # re-poll under all the locks: raises ChannelClosed if it still holds
         if isinstance(payload, GetResult):
@@ -867,25 +1172,41 @@ def select_blocking(*operations: Operation, timeout: float | None = None,
     mutexes = _mutexes(ops)
     deadline = None if seconds is None else time.monotonic() + seconds
     while True:
-        _acquire_all(mutexes)
+        result: SelectResult | None = None
+        waiter: SharedThreadWaiter | None = None
         try:
-            result = _poll(_order(select, ops))
-            if result is None and seconds != 0:
-                waiter = SharedThreadWaiter()
-                regs, _ = _park_select(ops, waiter)
-        finally:
-            _release_all(mutexes)
-        if result is not None:
-            return result
+            _acquire_all(mutexes)
+            try:
+                result = _poll(_order(select, ops))
+                if result is None and seconds != 0:
+                    waiter = SharedThreadWaiter()
+                    regs, _ = _park_select(ops, waiter)
+            except BaseException:
+                if waiter is not None:
+                    waiter.abandon()  # parked on some cases only: all of them are dead now
+                raise
+            finally:
+                _release_all(mutexes)
+            if result is not None:
+                if _HELD[0] is not None:
+                    raise_held()  # handled below: a received value goes back
+                return result
+        except BaseException:
+            if isinstance(result, GetResult):
+                _hand_back_result(result, False)
+                drop_held()
+            raise
         if seconds == 0:
             raise TimeoutError(f"select: nothing completed within {timeout} s")
+        assert waiter is not None
         left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
         try:
             claimed = waiter.wait(left)
         except BaseException:
             _unpark_select(regs, ())
             if waiter.claimed:
-                _hand_back_result(waiter.value, False)
+                _hand_back_waiter(waiter)
+            drop_held()
             raise
         _unpark_select(regs, ())
         if not claimed:
@@ -893,6 +1214,12 @@ def select_blocking(*operations: Operation, timeout: float | None = None,
         payload = waiter.value
         if payload is _ALL_CLOSED:
             continue  # re-poll under all the locks: raises ChannelClosed if still so
+        if _HELD[0] is not None:
+            try:
+                raise_held()  # the main thread's only
+            except BaseException:
+                _hand_back_waiter(waiter)  # took nothing: the value goes back
+                raise
         return payload  # type: ignore[return-value]
 
 
@@ -908,12 +1235,10 @@ def _after_fork_in_child() -> None:
         channel._mutex = threading.RLock()
         channel._deferred.clear()
         for queue in (channel._senders, channel._getters):
-            keep = [reg for reg in queue
-                    if isinstance(reg.waiter, SharedTaskWaiter) and reg.waiter.loop is running]
-            while queue:
-                queue.popleft()
-            for reg in keep:
-                queue.append(reg)
+            queue.items = deque(
+                reg for reg in queue.items
+                if isinstance(reg.waiter, SharedTaskWaiter) and reg.waiter.loop is running)
+            queue.dead = 0
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

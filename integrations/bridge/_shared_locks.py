@@ -63,14 +63,23 @@ import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any, Final, Literal, Self, TypeVar, final
+from typing import Final, Literal, Self, TypeVar, final
 
 from executors import _validate
 from executors.aio import LockStatistics, SemaphoreStatistics
 from executors.aio.locks import _READY
 from executors.errors import WouldBlock
 
-from ._shared_waiter import UNSET, SharedTaskWaiter, SharedThreadWaiter, SharedWaiter
+from ._shared_waiter import (
+    _HELD,
+    UNSET,
+    SharedTaskWaiter,
+    SharedThreadWaiter,
+    SharedWaiter,
+    drop_held,
+    hold,
+    raise_held,
+)
 from ._waker import running_loop
 
 __all__ = (
@@ -121,85 +130,155 @@ class _SharedPermits:
         self._bound = bound
         self._line: deque[SharedWaiter] = deque()  # arrival order; gone waiters are skipped
         self._left = 0  # parties that left the line themselves since the last compaction
-        self._deferred: deque[tuple[Callable[[Any], list[SharedWaiter] | None], object]] = deque()
+        self._deferred: deque[tuple[Callable[..., BaseException | None], tuple[object, ...]]] = (
+            deque())
         _live.add(self)
 
     # -- sections (call with the mutex held) -----------------------------------------------
+    #
+    # Ctrl-C (design.md, "Ctrl-C"): a signal handler may raise at any checkpoint (a function's
+    # start, a backward jump, the return of a call into C). Every section here is a commit
+    # made in one checkpoint-free stretch (guarded by a `done` flag, so that running it again
+    # skips it) followed by `_drain_into`, which can always run again. `_complete` runs them,
+    # releases the mutex and wakes what was taken, to the end, whatever a signal handler raises
+    # meanwhile (the exception is held and raised by the public call once it is done).
 
-    def _drain_locked(self) -> list[SharedWaiter]:
+    def _drain_into(self, taken: list[SharedWaiter]) -> None:
         """Hand free permits to the head of the line while both exist (dead waiters skipped).
 
-        Returns the waiters handed a permit: the caller wakes them (`_wake`) after it left the
-        mutex. The hand-off itself (the take) is done here, so FIFO order is decided here.
+        Appends the waiters handed a permit to `taken`: `_complete` wakes them after it left
+        the mutex. The hand-off itself (the take) is done here, so FIFO order is decided here.
+        From a take's return to the append, no checkpoint: a taken waiter is always in `taken`.
         """
         line = self._line
-        taken: list[SharedWaiter] = []
         while self._value and line:
-            waiter = line.popleft()
+            waiter = line[0]
             if waiter.take(_GRANTED):
+                del line[0]
                 self._value -= 1
                 if waiter.resumes_on_loop:
                     self._woken += 1
                 taken.append(waiter)
-        return taken
-
-    def _give_locked(self, n: int = 1) -> list[SharedWaiter] | None:
-        self._value += n
-        if self._line:
-            return self._drain_locked()
-        return None
+            else:
+                del line[0]
 
     def _fold_locked(self) -> None:
         """Make ``_woken`` exact: subtract the tasks that resumed (appended without the mutex)."""
         resumed = self._resumed
-        n = 0
         while resumed:
-            resumed.popleft()
-            n += 1
-        self._woken -= n
+            del resumed[0]  # no call between the removal and the count: no checkpoint
+            self._woken -= 1
 
     def _woken_now(self) -> int:
         """Woken tasks not resumed yet, without the mutex (a snapshot for the views)."""
         return max(self._woken - len(self._resumed), 0)
 
-    def _wake(self, taken: list[SharedWaiter]) -> None:
-        """Wake the waiters a section handed permits to; call it after leaving the mutex."""
-        for waiter in taken:
-            if not waiter.wake():
-                # Its loop closed after the take: the task never resumes, the permit goes on.
-                self._locked_or_deferred(self._undo_locked, waiter)
-
-    def _undo_locked(self, waiter: SharedWaiter) -> list[SharedWaiter] | None:
-        if waiter.value is UNSET:  # its coroutine was closed first and handed the permit back
+    def _release_locked(self, n: int, done: list[bool]) -> BaseException | None:
+        # Keep in step with _release's fast path.
+        if done[0]:
             return None
+        if self._resumed:
+            self._fold_locked()
+        if self._bound is not None:
+            try:
+                self._check_release_locked(n)
+            except (ValueError, RuntimeError) as exc:
+                done[0] = True  # nothing changed: nothing to do again
+                return exc
+        done[0] = True
+        self._value += n
+        return None
+
+    def _undo_locked(self, waiter: SharedWaiter, done: list[bool]) -> None:
+        # A taken task whose loop closed before it resumed (its wake failed, or its loop's
+        # sentinel found it owed): the permit goes on, once (its value is reset here).
+        if done[0]:
+            return
+        if waiter.value is UNSET:  # handed back already (its coroutine closed, a second path)
+            done[0] = True
+            return
+        done[0] = True
         waiter.value = UNSET
-        self._woken -= 1  # only task waiters fail to wake
-        return self._give_locked()
+        self._woken -= 1  # only task waiters are undone
+        self._value += 1
+        if isinstance(waiter, SharedTaskWaiter):
+            waiter.returned()
 
     def _check_release_locked(self, n: int) -> None:
         """Raise if releasing `n` permits is an over-release (classes with a bound); no change."""
 
-    def _leave_locked(self, waiter: SharedWaiter) -> list[SharedWaiter] | None:
+    def _leave_locked(self, waiter: SharedWaiter, done: list[bool]) -> None:
         """A waiter gives up: leave the line, or hand back what it was handed."""
+        if done[0]:
+            return
         if waiter.abandon() or waiter.value is UNSET:
             # It owns nothing: it gave up now, or earlier (a thread's timeout), or a claim found
             # its loop closed and dropped it. Its entry is a tombstone the line skips; compact
             # once tombstones may outnumber live entries (an overcount only compacts earlier).
+            done[0] = True
             self._left += 1
             line = self._line
             if self._left * 2 > len(line) > _COMPACT_MIN:
-                self._line = deque(w for w in line if w.waiting)
+                self._line = deque([w for w in line if w.waiting])
                 self._left = 0
-            return None
+            return
         # Claimed first: it owns a permit it will not use (a task claimed then cancelled
         # before it resumed, or a thread interrupted after the hand-off). Pass it on, once
-        # (`_undo_locked` checks the reset value).
+        # (`_undo_locked` checks the reset value). One checkpoint-free stretch:
+        done[0] = True
         waiter.value = UNSET
         if waiter.resumes_on_loop:
             self._woken -= 1
-        return self._give_locked()
+        self._value += 1
+        if isinstance(waiter, SharedTaskWaiter):
+            waiter.returned()
 
-    # -- mutex entry and exit ----------------------------------------------------------------
+    # -- running sections --------------------------------------------------------------------
+
+    def _complete(self, section: Callable[..., BaseException | None], *args: object) -> None:
+        """Run ``section(*args)`` under the mutex, then hand free permits on, leave the mutex
+        and wake what was taken: to the end, whatever a signal handler raises meanwhile.
+
+        Such an exception is held (`hold`) and the whole retried: the section skips what it did
+        (its `done` flag), the drain and the wake-ups can always run again (a woken waiter is
+        not harmed by a second wake-up). The mutex is taken inside the ``try``: an exception
+        raised right after ``acquire`` returned still releases it; an ``acquire`` interrupted
+        while it waited never took it (the release then raises RuntimeError, ignored). An
+        error the section returns (an over-release) is raised at the end.
+        """
+        mutex = self._mutex
+        taken: list[SharedWaiter] = []
+        error: BaseException | None = None
+        while True:
+            try:
+                while True:
+                    try:
+                        try:
+                            mutex.acquire()
+                            found = section(*args)
+                            if found is not None:
+                                error = found
+                            if self._line and self._value:
+                                self._drain_into(taken)
+                        finally:
+                            try:
+                                mutex.release()
+                            except RuntimeError:
+                                pass
+                        while taken:
+                            waiter = taken[-1]
+                            if not waiter.wake():
+                                # Its loop closed after the take: the permit goes on.
+                                self._locked_or_deferred(self._undo_locked, waiter, [False])
+                            del taken[-1]
+                        break
+                    except BaseException as exc:
+                        hold(exc)
+                break
+            except BaseException as exc:
+                hold(exc)
+        if error is not None:
+            raise error
 
     def _exit(self) -> None:
         self._mutex.release()
@@ -207,95 +286,78 @@ class _SharedPermits:
             self._run_deferred()
 
     def _run_deferred(self) -> None:
-        # Runs right after the section that a re-entrant release interrupted left the mutex
-        # (on that same thread), or by any later section's exit.
+        # Runs right after the section that a re-entrant call interrupted left the mutex (on
+        # that same thread), or by any later section's exit.
         mutex = self._mutex
         deferred = self._deferred
         while deferred and not mutex._is_owned():  # type: ignore[attr-defined]
-            taken: list[SharedWaiter] = []
-            mutex.acquire()
             try:
-                while deferred:
-                    section, arg = deferred.popleft()
-                    try:
-                        more = section(arg)
-                    except Exception as exc:  # a deferred over-release: nobody to raise it to
-                        sys.unraisablehook(_unraisable(exc, self))  # type: ignore[arg-type]
-                    else:
-                        if more:
-                            taken += more
-            finally:
-                mutex.release()
-                if taken:
-                    self._wake(taken)
+                section, args = deferred.popleft()
+            except IndexError:
+                return
+            try:
+                self._complete(section, *args)
+            except Exception as exc:  # a deferred over-release: nobody to raise it to
+                sys.unraisablehook(_unraisable(exc, self))  # type: ignore[arg-type]
 
-    def _locked_or_deferred(
-        self, section: Callable[[_A], list[SharedWaiter] | None], arg: _A,
-    ) -> None:
-        """Run ``section(arg)`` under the mutex; if this thread is already inside it (re-entry
-        from a finalizer or signal handler), defer it to the end of the interrupted section."""
-        mutex = self._mutex
-        if mutex._is_owned():  # type: ignore[attr-defined]
+    def _locked_or_deferred(self, section: Callable[..., BaseException | None],
+                            *args: object) -> None:
+        """Run ``section(*args)`` through `_complete`; if this thread is already inside the
+        mutex (re-entry from a finalizer or signal handler), defer it to the end of the
+        interrupted section."""
+        if self._mutex._is_owned():  # type: ignore[attr-defined]
             # A release keeps its permit held until then, so FIFO order is kept; a leave (a
             # coroutine closed by the garbage collector) leaves or hands back a little later.
-            self._deferred.append((section, arg))
+            self._deferred.append((section, args))
             return
-        taken = None
-        mutex.acquire()
         try:
-            taken = section(arg)
+            self._complete(section, *args)
         finally:
-            mutex.release()
-            if taken:
-                self._wake(taken)
             if self._deferred:
                 self._run_deferred()
 
     def _release(self, n: int = 1) -> None:
-        # _locked_or_deferred(_release_locked, n) inlined: the hot path of every hand-off.
-        mutex = self._mutex
-        if mutex._is_owned():  # type: ignore[attr-defined]
-            self._deferred.append((self._release_locked, n))  # see _locked_or_deferred
+        if self._mutex._is_owned():  # type: ignore[attr-defined]
+            self._deferred.append((self._release_locked, (n, [False])))  # see above
             return
-        taken = None
-        mutex.acquire()
+        done = [False]
         try:
-            if self._resumed:
-                self._fold_locked()
-            if self._bound is not None:
-                self._check_release_locked(n)
-            self._value += n
-            if self._line:
-                taken = self._drain_locked()
-        finally:
-            mutex.release()
-            if taken:  # after the mutex: see the module docstring (_wake inlined)
-                for waiter in taken:
-                    if not waiter.wake():
-                        self._locked_or_deferred(self._undo_locked, waiter)
+            self._complete(self._release_locked, n, done)
+        except BaseException as exc:
+            if done[0] and isinstance(exc, (ValueError, RuntimeError)):
+                raise  # an over-release: nothing changed
+            # Raised at _complete's first checkpoint, before it began: again.
+            hold(exc)
+            self._complete(self._release_locked, n, done)
+        try:
             if self._deferred:
                 self._run_deferred()
+        except BaseException as exc:  # the permit is back: a Ctrl-C now is "after"
+            hold(exc)
+        if _HELD[0] is not None:
+            raise_held(True)  # the permit is back: the Ctrl-C that came meanwhile
 
-    def _release_locked(self, n: int) -> list[SharedWaiter] | None:
-        # Keep in step with _release.
-        if self._resumed:
-            self._fold_locked()
-        if self._bound is not None:
-            self._check_release_locked(n)
-        return self._give_locked(n)
+    def _lost(self, waiter: SharedTaskWaiter) -> None:
+        """Owner hook: `waiter`'s loop closed before its task used the permit it was handed."""
+        self._locked_or_deferred(self._undo_locked, waiter, [False])
 
     def _try_take(self, what: str) -> bool:
         mutex = self._mutex
         if mutex._is_owned():  # type: ignore[attr-defined]
             raise _reentry_error(what)
-        mutex.acquire()
         try:
+            mutex.acquire()  # inside the try: an exception right after it still releases
             if self._value:
                 self._value -= 1
                 return True
             return False
         finally:
-            self._exit()
+            try:
+                mutex.release()
+            except RuntimeError:  # interrupted while it waited: never taken
+                pass
+            if self._deferred:
+                self._run_deferred()
 
     # -- task side ---------------------------------------------------------------------------
 
@@ -304,16 +366,19 @@ class _SharedPermits:
         mutex = self._mutex
         if mutex._is_owned():  # type: ignore[attr-defined]
             raise _reentry_error("acquire()")
-        mutex.acquire()
         try:
+            mutex.acquire()  # inside the try: an exception right after it still releases
             if self._value:
                 self._value -= 1
                 return None
-            waiter = SharedTaskWaiter()
+            waiter = SharedTaskWaiter(self)  # owned: a closing loop hands its permit back
             self._line.append(waiter)
             return waiter
         finally:
-            mutex.release()  # _exit() inlined
+            try:
+                mutex.release()
+            except RuntimeError:  # interrupted while it waited: never taken
+                pass
             if self._deferred:
                 self._run_deferred()
 
@@ -326,10 +391,16 @@ class _SharedPermits:
             # pass on a permit claimed for us before we resumed.
             self._leave(waiter)
             raise
-        self._resumed.append(None)  # resumed: the permit is ours (no second trip on the mutex)
+        waiter.consume()  # the permit is ours: a closing loop no longer hands it back
+        self._resumed.append(None)  # resumed: no second trip on the mutex
 
     def _leave(self, waiter: SharedWaiter) -> None:
-        self._locked_or_deferred(self._leave_locked, waiter)
+        done = [False]
+        try:
+            self._locked_or_deferred(self._leave_locked, waiter, done)
+        except BaseException as exc:  # at its first checkpoint, before it began: again
+            hold(exc)
+            self._locked_or_deferred(self._leave_locked, waiter, done)
 
     def __aenter__(self) -> Awaitable[None]:
         # A plain function, as executors.aio.Semaphore's: `async with` awaits what it returns.
@@ -365,6 +436,7 @@ class _SharedPermits:
             except BaseException:
                 self._leave(waiter)  # see _await_permit
                 raise
+            waiter.consume()
             self._resumed.append(None)
         return True
 
@@ -385,31 +457,50 @@ class _SharedPermits:
         if mutex._is_owned():  # type: ignore[attr-defined]
             raise _reentry_error("acquire()")
         taken = False
+        waiter: SharedThreadWaiter | None = None
         try:
-            mutex.acquire()
             try:
+                mutex.acquire()  # inside the try: an exception right after it still releases
                 if self._value:
                     self._value -= 1
-                    taken = True  # the commit point of the fast path
-                    return True
-                if not blocking or timeout == 0:
+                    taken = True  # the commit point of the fast path (no checkpoint between)
+                elif not blocking or timeout == 0:
                     return False
-                waiter = SharedThreadWaiter()
-                self._line.append(waiter)
+                else:
+                    waiter = SharedThreadWaiter()
+                    self._line.append(waiter)
             finally:
-                mutex.release()  # _exit() inlined
+                try:
+                    mutex.release()  # _exit() inlined
+                except RuntimeError:  # interrupted while it waited: never taken
+                    pass
                 if self._deferred:
                     self._run_deferred()
+            if taken:
+                if _HELD[0] is not None:
+                    raise_held()  # handled below: the permit goes back
+                return True
         except BaseException:
-            if taken:  # interrupted after taking the permit: the caller never learns of it
+            # Interrupted (Ctrl-C): the caller never learns of a permit taken or a place
+            # in line. Give them back.
+            drop_held()
+            if taken:
                 self._release()
+            elif waiter is not None:
+                self._leave(waiter)
+            drop_held()
             raise
+        assert waiter is not None
         try:
             if waiter.wait(timeout):
+                if _HELD[0] is not None:
+                    raise_held()  # handled below: the permit goes back
                 return True
         except BaseException:
             # `wait` settled first: the thread either gave up or was handed the permit.
+            drop_held()
             self._leave(waiter)
+            drop_held()
             raise
         self._leave(waiter)  # gave up at its timeout: count it for compaction
         return False

@@ -43,12 +43,31 @@ send as not sent or lose a received value (research/bridge_shared_state.md, bug 
 claimer holds the mutex across both, and whoever inspects a claimed waiter either waits for the
 thread waiter's lock (released after the store) or takes that mutex first.
 
+**Owed values and a closing loop.** A task waiter made with an *owner* (the primitive, which
+implements ``_lost(waiter)``) is recorded, from its take until the task consumes what it was
+handed (`SharedTaskWaiter.consume`) or hands it back, in its loop's *owed* set. That set belongs
+to a sentinel timer parked in the loop (`_waker`); a loop that is closed drops its timers, and
+the sentinel then passes every owed waiter to its owner: the value or permit goes to the next
+party, not to a task that will never run again. ``_lost`` runs under the owner's mutex (or is
+deferred to the thread inside it) and does nothing for a waiter whose ``value`` is already
+`UNSET`: every hand-back path resets it under that mutex, so each value goes back once.
+
+**Signals (Ctrl-C).** A signal handler runs, and may raise, only in the main thread and only at
+an *eval-breaker checkpoint*: the start of a Python function, a loop's backward jump, and the
+return of most calls into C. The one-shot claim is therefore a ``del token[0]`` (a
+``DELETE_SUBSCR``, no checkpoint) followed by the store of the value (no checkpoint either): a
+take is atomic with respect to signals once the function has started. A wake-up must happen
+once a waiter is taken, so sections wake through `wake_or_hold`, which retries the wake-up when
+a signal handler raises inside it and *holds* the exception; the section's caller raises it with
+`raise_held` after leaving the mutex.
+
 Atomic operations relied on (no reliance on the GIL beyond these; each is atomic on
 free-threaded CPython as well, where list and deque operations take the object's own lock):
 
-- ``list.pop()`` on the one-element token list: exactly one of any number of concurrent callers
-  gets the element, the others get ``IndexError``. That is the one-shot claim, and ``abandon``
-  is the same pop (so "claimed" and "gave up" cannot both win).
+- ``del token[0]`` on the one-element token list: exactly one of any number of concurrent
+  callers removes the element, the others get ``IndexError``. That is the one-shot claim, and
+  ``abandon`` is the same deletion (so "claimed" and "gave up" cannot both win).
+- ``set.add``/``discard`` on a loop's owed set (from any thread).
 - ``threading.Lock.release``/``acquire`` for a thread waiter's parking (the release
   happens-before the acquire that returns, so the stored value is seen by the woken thread).
 - ``collections.deque.append``/``popleft`` inside `LoopWaker.post`/flush (see `_waker`).
@@ -59,11 +78,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import ClassVar, Final, final
+from typing import ClassVar, Final, Protocol, final
 
-from ._waker import LoopWaker, running_loop, waker_for
+from ._waker import owed_set, running_loop, waker_for
 
-__all__ = ("SharedWaiter", "SharedThreadWaiter", "SharedTaskWaiter", "UNSET")
+__all__ = ("SharedWaiter", "SharedThreadWaiter", "SharedTaskWaiter", "UNSET", "Owner",
+           "wake_or_hold", "hold", "raise_held", "held", "drop_held", "COMPLETED_NOTE")
 
 
 class _Unset:
@@ -73,8 +93,61 @@ class _Unset:
         return "UNSET"
 
 
-#: ``value`` of a waiter that has not been handed anything.
+#: ``value`` of a waiter that has not been handed anything (or has consumed or returned it).
 UNSET: Final = _Unset()
+
+_MAIN: Final = threading.main_thread().ident
+#: The exception a signal handler raised inside a section, held until the section's caller
+#: left its mutex. Signal handlers run only in the main thread, so one slot is enough.
+_HELD: list[BaseException | None] = [None]
+
+
+def hold(exc: BaseException) -> None:
+    """Keep `exc` (a signal handler's exception caught inside a section) for `raise_held`.
+
+    In the main thread only (signal handlers run nowhere else): elsewhere `exc` is not a
+    signal's, and is raised again.
+    """
+    if threading.get_ident() != _MAIN:
+        raise exc
+    if _HELD[0] is None:
+        _HELD[0] = exc
+
+
+def held() -> bool:
+    """True if an exception is held (cheap: the check every section exit makes)."""
+    return _HELD[0] is not None
+
+
+#: The note on a held exception raised after its operation took effect (a send, a release).
+COMPLETED_NOTE: Final = ("executors.bridge: raised after the operation completed (a signal "
+                         "handler raised it inside a section; it was held until the end)")
+
+
+def raise_held(completed: bool = False) -> None:
+    """Raise the held exception, if any (call after leaving every mutex).
+
+    With `completed`, the operation took effect before: the exception says so in a note
+    (`COMPLETED_NOTE`), so that a caller can tell it from one raised before anything happened.
+    """
+    exc = _HELD[0]
+    if exc is not None and threading.get_ident() == _MAIN:  # the main thread's to raise
+        _HELD[0] = None
+        if completed:
+            exc.add_note(COMPLETED_NOTE)
+        raise exc
+
+
+def drop_held() -> None:
+    """Forget a held exception: an exception of the same kind is propagating already."""
+    if threading.get_ident() == _MAIN:
+        _HELD[0] = None
+
+
+class Owner(Protocol):
+    """A primitive that can take back what a task waiter was handed and never used."""
+
+    def _lost(self, waiter: SharedTaskWaiter) -> None: ...
 
 
 class SharedWaiter:
@@ -95,7 +168,7 @@ class SharedWaiter:
         """Store `value` and take the waiter, under the primitive's mutex; True if it took it."""
         if not self.take(value):
             return False
-        if self.wake():
+        if wake_or_hold(self):
             return True
         self.value = UNSET  # see SharedTaskWaiter.wake: the claimer keeps the value
         return False
@@ -104,20 +177,24 @@ class SharedWaiter:
         """`claim` without the wake-up: the caller calls `wake` after leaving its mutex."""
         token = self._token
         try:
-            token.pop()
+            del token[0]  # no checkpoint from here to the return: atomic w.r.t. signals
         except IndexError:
             return False
         self.value = value
         return True
 
     def wake(self) -> bool:
-        """Start the wake-up of a taken waiter (no lock needed); False: its loop is closed."""
+        """Start the wake-up of a taken waiter (no lock needed); False: its loop is closed.
+
+        Idempotent: waking a woken waiter again does nothing harmful (a retry after Ctrl-C).
+        """
         raise NotImplementedError
 
     def abandon(self) -> bool:
         """Give up: True if nothing was (or ever will be) handed to this waiter."""
+        token = self._token
         try:
-            self._token.pop()
+            del token[0]
         except IndexError:
             return False
         return True
@@ -131,6 +208,26 @@ class SharedWaiter:
     def waiting(self) -> bool:
         """True while the token is still there: nobody claimed the waiter, it did not give up."""
         return bool(self._token)
+
+
+def wake_or_hold(waiter: SharedWaiter) -> bool:
+    """``waiter.wake()``, completed even if a signal handler raises meanwhile (Ctrl-C).
+
+    The exception is held (`hold`) and the wake-up retried: a taken waiter must be woken, or it
+    waits forever holding a value nobody else can get. Two nested loops: the outer one catches
+    an exception raised at the inner loop's backward jump, so an exception escapes only if two
+    more signals arrive within the few hundred nanoseconds between a caught exception and the
+    next backward jump (signals are never that close: see design.md, "Ctrl-C").
+    """
+    while True:
+        try:
+            while True:
+                try:
+                    return waiter.wake()
+                except BaseException as exc:
+                    hold(exc)  # raises it again outside the main thread: not a signal's
+        except BaseException as exc:
+            hold(exc)
 
 
 @final
@@ -148,7 +245,10 @@ class SharedThreadWaiter(SharedWaiter):
         self._parked.acquire()  # released once, by the claimer, after storing the value
 
     def wake(self) -> bool:
-        self._parked.release()
+        try:
+            self._parked.release()
+        except RuntimeError:  # woken already (a retry after Ctrl-C): nothing to do
+            pass
         return True
 
     def wait(self, timeout: float | None) -> bool:
@@ -196,19 +296,25 @@ class SharedTaskWaiter(SharedWaiter):
     Make it on the task's running loop. The future is resolved only on that loop's thread:
     directly when the claimer runs there, else through the loop's `LoopWaker`. A claim on a
     closed loop fails (the task will never run): the primitive serves the next party.
+
+    With an `owner`, a take records the waiter in its loop's owed set until the task calls
+    `consume` (it resumed and used the value) or the value is handed back; if the loop closes
+    first, the owner gets it back (`lost`).
     """
 
-    __slots__ = ("_loop", "future", "waker")
+    __slots__ = ("_loop", "_owed", "future", "owner", "waker")
 
     resumes_on_loop: ClassVar[bool] = True
 
-    def __init__(self) -> None:
+    def __init__(self, owner: Owner | None = None) -> None:
         self._token = [None]  # SharedWaiter.__init__ inlined: made on every parking
         self.value = UNSET
         loop = asyncio.get_running_loop()
         self._loop = loop
         self.future: asyncio.Future[None] = loop.create_future()
-        self.waker: LoopWaker = waker_for(loop)
+        waker = self.waker = waker_for(loop)
+        self.owner = owner
+        self._owed = owed_set(waker, loop) if owner is not None else None
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -218,26 +324,49 @@ class SharedTaskWaiter(SharedWaiter):
         if self._loop.is_closed():
             self.abandon()  # dead: nobody can ever resume it
             return False
-        return SharedWaiter.take(self, value)
+        token = self._token  # SharedWaiter.take inlined, then the owed record
+        try:
+            del token[0]
+        except IndexError:
+            return False
+        self.value = value
+        owed = self._owed
+        if owed is not None:
+            owed.add(self)  # no checkpoint between the store above and this add
+        return True
 
     def wake(self) -> bool:
         # False: the loop closed after the take, the task never resumes, so it never took the
         # value. `claim` undoes the store at once (nobody else can see this waiter: its token is
         # gone); a primitive that woke after leaving its mutex undoes it under the mutex.
         if running_loop() is self._loop:
-            future = self.future  # _resume inlined: the hand-off between tasks of one loop
+            future = self.future  # the hand-off between tasks of one loop
             if not future.done():
                 future.set_result(None)
             return True
-        return self.waker.post(_resume, self.future)  # type: ignore[arg-type]
+        return self.waker.post(self)
+
+    def consume(self) -> object:
+        """The task resumed: take the value it was handed (now nobody can hand it back)."""
+        value = self.value
+        self.value = UNSET
+        owed = self._owed
+        if owed is not None:
+            owed.discard(self)
+        return value
+
+    def returned(self) -> None:
+        """The value was handed back (under the owner's mutex): forget the owed record."""
+        owed = self._owed
+        if owed is not None:
+            owed.discard(self)
+
+    def lost(self) -> None:
+        """The loop closed (or is gone) before the task used what it was handed: give it back."""
+        owner = self.owner
+        if owner is not None:
+            owner._lost(self)
 
     def __repr__(self) -> str:
         state = "claimed" if self.claimed else "waiting" if self._token else "gave up"
         return f"<SharedTaskWaiter {state} loop={id(self._loop):#x}>"
-
-
-def _resume(future: asyncio.Future[None]) -> None:
-    # On the future's loop. A cancelled future (the task is being cancelled) is left alone: the
-    # task's leave section sees the claim and hands the value back.
-    if not future.done():
-        future.set_result(None)
