@@ -28,6 +28,8 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
+from functools import partial
+from typing import Protocol
 
 import aiochannel
 import anyio
@@ -44,9 +46,15 @@ Sample = Callable[[], float]
 # -- producer -> consumer ------------------------------------------------------------------------
 
 
-def ours(size: int, n: int) -> Sample:
+class _SendGet(Protocol):
+    async def send(self, value: int) -> None: ...
+    async def get(self) -> int: ...
+
+
+def _send_get(make: Callable[[], _SendGet], n: int) -> Sample:
+    """One producer task sends N integers to the consumer (the main task) through make()."""
     async def body() -> float:
-        ch: Channel[int] = Channel(size)
+        ch = make()
 
         async def produce() -> None:
             send = ch.send
@@ -63,6 +71,10 @@ def ours(size: int, n: int) -> Sample:
         return n / elapsed
 
     return lambda: asyncio.run(body())
+
+
+def ours(size: int, n: int) -> Sample:
+    return _send_get(partial(Channel[int], size), n)
 
 
 def trio_channel(size: int, n: int) -> Sample:
@@ -181,24 +193,7 @@ class FloorChannel:
 
 
 def floor_channel(n: int) -> Sample:
-    async def body() -> float:
-        ch = FloorChannel()
-
-        async def produce() -> None:
-            send = ch.send
-            for i in range(n):
-                await send(i)
-
-        start = time.perf_counter()
-        task = asyncio.create_task(produce())
-        get = ch.get
-        for _ in range(n):
-            await get()
-        elapsed = time.perf_counter() - start
-        await task
-        return n / elapsed
-
-    return lambda: asyncio.run(body())
+    return _send_get(FloorChannel, n)
 
 
 # -- select under contention ----------------------------------------------------------------------
