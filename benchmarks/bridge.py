@@ -15,9 +15,11 @@ Measures, interleaved round by round (the harness's rule: ratios, never lone abs
   right after CPU-heavy work (each round starts after both the calling thread and the loop
   thread have computed for 0.1 s);
 - messages from a plain thread to a task, and from a task to a plain thread, through bounded
-  queues of 64 and 1: ours (`SharedChannel`, its ``.blocking`` view for the thread), janus
-  (``sync_q``/``async_q``), culsans and aiologic's ``Queue``; `integrations.bridge.Queue`
-  against janus;
+  queues of 64 and 1 (for 64 also per CPU second of the process, and the loop's wake-ups per
+  message: the wall-clock ratio moves with the share of the machine each round gets, the CPU
+  cost and the batching do not): ours (`SharedChannel`, its ``.blocking`` view for the
+  thread), janus (``sync_q``/``async_q``), culsans and aiologic's ``Queue``;
+  `integrations.bridge.Queue` against janus;
 - the loop-only primitives reached from a thread through a Portal (an `executors.aio.Channel(64)`
   and its `Portal.channel` view; an `executors.aio.Semaphore` and `Portal.semaphore` under the
   contention below), beside the shared equivalent of the same shape (`SharedChannel`,
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import resource
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -259,7 +262,45 @@ async def _close_queue(queue: Any) -> None:
         await close()
 
 
-def thread_to_task_peer(kind: str, n: int, size: int = QUEUE_SIZE) -> Sample:
+def _cpu_seconds() -> float:
+    """CPU time of the whole process (every thread: the loop's and the caller's)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+#: What a messaging sample divides the message count by: "wall" seconds (msgs/s), "cpu"
+#: seconds of the process (msgs per CPU second: the cost, whatever share of the machine the
+#: round got), or "wakes" (the loop's cross-thread wake-ups per message, self-pipe writes).
+CLOCKS = ("wall", "cpu", "wakes")
+
+
+def _messages(n: int, clock: str, run: Callable[[], None]) -> float:
+    loop = _portal().loop
+    writes = [0]
+    original = getattr(loop, "_write_to_self", None)
+    if clock == "wakes":
+        if original is None:
+            return float("nan")  # not a selector loop: no self-pipe to count
+
+        def counting() -> None:
+            writes[0] += 1
+            original()
+
+        loop._write_to_self = counting  # type: ignore[attr-defined]
+    cpu, start = _cpu_seconds(), time.perf_counter()
+    try:
+        run()
+    finally:
+        if clock == "wakes":
+            del loop._write_to_self  # type: ignore[attr-defined]
+    if clock == "wakes":
+        return writes[0] / n
+    if clock == "cpu":
+        return n / (_cpu_seconds() - cpu)
+    return n / (time.perf_counter() - start)
+
+
+def thread_to_task_peer(kind: str, n: int, size: int = QUEUE_SIZE, clock: str = "wall") -> Sample:
     def sample() -> float:
         portal = _portal()
         queue = _make_queue(kind, size)
@@ -270,19 +311,20 @@ def thread_to_task_peer(kind: str, n: int, size: int = QUEUE_SIZE) -> Sample:
             for _ in range(n):
                 await get()
 
-        start = time.perf_counter()
-        done = portal.start_task_soon(consume)
-        for i in range(n):
-            put(i)
-        done.result()
-        elapsed = time.perf_counter() - start
+        def run() -> None:
+            done = portal.start_task_soon(consume)
+            for i in range(n):
+                put(i)
+            done.result()
+
+        result = _messages(n, clock, run)
         portal.call(_close_queue, queue)
-        return n / elapsed
+        return result
 
     return sample
 
 
-def task_to_thread_peer(kind: str, n: int, size: int = QUEUE_SIZE) -> Sample:
+def task_to_thread_peer(kind: str, n: int, size: int = QUEUE_SIZE, clock: str = "wall") -> Sample:
     def sample() -> float:
         portal = _portal()
         queue = _make_queue(kind, size)
@@ -293,14 +335,15 @@ def task_to_thread_peer(kind: str, n: int, size: int = QUEUE_SIZE) -> Sample:
             for i in range(n):
                 await put(i)
 
-        start = time.perf_counter()
-        done = portal.start_task_soon(produce)
-        for _ in range(n):
-            get()
-        elapsed = time.perf_counter() - start
-        done.result()
+        def run() -> None:
+            done = portal.start_task_soon(produce)
+            for _ in range(n):
+                get()
+            done.result()
+
+        result = _messages(n, clock, run)
         portal.call(_close_queue, queue)
-        return n / elapsed
+        return result
 
     return sample
 
@@ -387,6 +430,23 @@ def metrics(quick: bool) -> list[Metric]:
           for direction, run in (("thread->task", thread_to_task_peer),
                                  ("task->thread", task_to_thread_peer))
           for size, kind in ((QUEUE_SIZE, "SharedChannel"), (1, "SharedChannel"))],
+        # Why the size-64 wall-clock ratio varies from run to run: the same transfers per CPU
+        # second of the process (the cost, whatever share of the machine a round got), and the
+        # loop's cross-thread wake-ups per message (the batching).
+        *[Metric(f"{direction} messages, SharedChannel({QUEUE_SIZE}), {what}", unit, better, {
+            OURS: run("SharedChannel", messages, QUEUE_SIZE, clock),
+            "janus": run("janus", messages, QUEUE_SIZE, clock),
+            "culsans": run("culsans", messages, QUEUE_SIZE, clock),
+            "aiologic Queue": run("aiologic", messages, QUEUE_SIZE, clock),
+        }, note=note)
+          for direction, run in (("thread->task", thread_to_task_peer),
+                                 ("task->thread", task_to_thread_peer))
+          for what, unit, better, clock, note in (
+              ("per CPU second", "msgs/CPU-s", "higher", "cpu",
+               ("messages per CPU second of the whole process (both threads): the cost of a "
+                "message, independent of the share of the machine a round got")),
+              ("loop wake-ups", "wake-ups/msg", "lower", "wakes",
+               "self-pipe writes to the loop per message (cross-thread wake-ups)"))],
         *[Metric(f"{direction} messages, Queue({QUEUE_SIZE}) vs janus", "msgs/s", "higher", {
             OURS: run("Queue", messages, QUEUE_SIZE),
             "janus": run("janus", messages, QUEUE_SIZE),
