@@ -11,8 +11,9 @@
   floor is what those guarantees cost.
 - **loop lag under thread contention**: the p99 delay of a ``call_soon`` callback on a loop whose
   4 tasks contend with 4 threads on 2 permits: ours (`SharedSemaphore`), culsans (a queue of 2
-  tokens: get = acquire, put = release) and aiologic. A primitive whose mutex the loop thread
-  blocks on shows here.
+  tokens: get = acquire, put = release), aiologic, and the floor above (the contention itself
+  lags the loop; the floor's lag is the part no primitive removes). A primitive whose mutex the
+  loop thread blocks on shows here.
 - **wake-ups per call**: for ``Portal.call`` and ``asyncio.run_coroutine_threadsafe`` on the same
   loop, the loop's self-pipe writes per call (each is a cross-thread wake-up of the loop) and the
   caller thread's voluntary context switches per call (each is one time it blocked and was woken
@@ -226,8 +227,9 @@ def metrics(quick: bool, portal: Callable[[], Portal]) -> list[Metric]:
             OURS: loop_lag(portal, "ours", iters),
             "culsans": loop_lag(portal, "culsans", iters),
             "aiologic": loop_lag(portal, "aiologic", iters),
-        }, note="call_soon delay on a loop whose 4 tasks contend with 4 threads on 2 permits; "
-           "culsans: a queue of 2 tokens"),
+            "floor": loop_lag(portal, "floor", iters),
+        }, floor="floor", note="call_soon delay on a loop whose 4 tasks contend with 4 threads "
+           "on 2 permits; culsans: a queue of 2 tokens; floor: the semaphore floor above"),
         Metric("loop wake-ups per thread->loop call", "writes/call", "lower", {
             OURS: wakeups_per_call(portal, "portal", "loop", calls),
             "run_coroutine_threadsafe": wakeups_per_call(portal, "rcts", "loop", calls),

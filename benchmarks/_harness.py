@@ -21,7 +21,7 @@ from typing import cast
 
 # The table is the one the docs pages show: `executors bench` renders results files with the same
 # function (benchmarks are scripts, outside the package's import graph).
-from executors._cli._bench_report import OURS, AreaResult, area_table
+from executors._cli._bench_report import OURS, AreaResult, area_table, spreads
 from executors._cli._words import plural
 
 __all__ = ("OURS", "RESULTS_DIR", "Metric", "measure", "parse_args", "quick_mode", "run_area")
@@ -90,6 +90,8 @@ def _summary(metric: Metric, samples: dict[str, list[float]]) -> dict[str, objec
         "best_peer": best_peer,
         # > 1 means ours is better than the best peer by that factor, whichever way is better.
         "advantage_over_best_peer": ratio,
+        # spread, advantage_spread, floor_multiple, floor_multiple_spread (see the function).
+        **spreads(metric.better, metric.floor, best_peer, samples),
     }
 
 

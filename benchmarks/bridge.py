@@ -7,10 +7,19 @@ Measures, interleaved round by round (the harness's rule: ratios, never lone abs
   research addendum's method: against a second loop thread the ratio mostly measures which CPU
   each thread landed on), anyio's ``BlockingPortal.call`` and asgiref's ``async_to_sync`` from a
   plain thread (which starts a loop per call; fewer calls per round);
+- beside it, the round trip's floor (`floor_call`): ``loop.call_soon_threadsafe(cb)`` where
+  ``cb`` steps the coroutine once and releases a raw lock the thread waits on (no Task, no
+  cancellation, no context, no shutdown handling). The round trip's absolute time moves with
+  the state of the (virtual) CPUs, for every contender alike, so it is measured in two states,
+  each its own metric: after the threads slept (each round starts after a 0.2 s sleep), and
+  right after CPU-heavy work (each round starts after both the calling thread and the loop
+  thread have computed for 0.1 s);
 - messages from a plain thread to a task, and from a task to a plain thread, through bounded
-  queues of 64 and 1: ours (`SharedChannel`, its ``.blocking`` view for the thread), janus
-  (``sync_q``/``async_q``), culsans and aiologic's ``Queue``; `integrations.bridge.Queue`
-  against janus;
+  queues of 64 and 1 (for 64 also per CPU second of the process, and the loop's wake-ups per
+  message: the wall-clock ratio moves with the share of the machine each round gets, the CPU
+  cost and the batching do not): ours (`SharedChannel`, its ``.blocking`` view for the
+  thread), janus (``sync_q``/``async_q``), culsans and aiologic's ``Queue``;
+  `integrations.bridge.Queue` against janus;
 - the loop-only primitives reached from a thread through a Portal (an `executors.aio.Channel(64)`
   and its `Portal.channel` view; an `executors.aio.Semaphore` and `Portal.semaphore` under the
   contention below), beside the shared equivalent of the same shape (`SharedChannel`,
@@ -29,9 +38,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import resource
+import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from functools import partial
+from typing import Any, TypeVar
 
 import aiologic
 import culsans
@@ -45,9 +57,10 @@ from executors.aio import Channel, Semaphore
 from integrations.bridge import Portal, SharedChannel, SharedSemaphore
 from integrations.bridge import Queue as BridgeQueue
 
-__all__ = ("main", "metrics")
+__all__ = ("floor_call", "main", "metrics")
 
 Sample = Callable[[], float]
+T = TypeVar("T")
 
 _resources = contextlib.ExitStack()
 _state: dict[str, Any] = {}
@@ -74,49 +87,82 @@ async def noop() -> None:
 # -- round trip ----------------------------------------------------------------------------------
 
 
-def round_trip_ours(n: int) -> Sample:
-    def sample() -> float:
-        call = _portal().call
-        start = time.perf_counter()
-        for _ in range(n):
-            call(noop)
-        return (time.perf_counter() - start) / n * 1e6
+def floor_call(loop: asyncio.AbstractEventLoop, fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """The round trip's floor: ``call_soon_threadsafe(cb)``, where `cb` steps the coroutine
+    once and releases a raw lock the calling thread waits on. A callee that suspends is not
+    supported (nor cancellation, context, shutdown)."""
+    done = threading.Lock()
+    done.acquire()
+    result: list[T] = []
 
-    return sample
+    def step() -> None:
+        try:
+            fn().send(None)
+        except StopIteration as stop:
+            result.append(stop.value)
+        done.release()
+
+    loop.call_soon_threadsafe(step)
+    done.acquire()
+    return result[0]
 
 
-def round_trip_rcts(n: int) -> Sample:
+def _burn(seconds: float) -> int:
+    """Compute for `seconds` (pure Python, holding the GIL between switch intervals)."""
+    total = 0
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        for i in range(1_000):
+            total += i * i
+    return total
+
+
+async def _burn_on_loop(seconds: float) -> int:
+    return _burn(seconds)
+
+
+def _prepare(state: str) -> None:
+    """Put the threads in `state` before a round: "slept" (both idle 0.2 s) or "hot" (the
+    calling thread and the loop thread computed for 0.1 s, together, just before)."""
+    if state == "slept":
+        time.sleep(0.2)
+        return
+    busy = _portal().start_task_soon(_burn_on_loop, 0.1)
+    _burn(0.1)
+    busy.result()
+
+
+def _round_trip(state: str, n: int, call: Callable[[], object]) -> float:
+    _prepare(state)
+    start = time.perf_counter()
+    for _ in range(n):
+        call()
+    return (time.perf_counter() - start) / n * 1e6
+
+
+def round_trip_ours(n: int, state: str = "slept") -> Sample:
+    return lambda: _round_trip(state, n, partial(_portal().call, noop))
+
+
+def round_trip_floor(n: int, state: str = "slept") -> Sample:
+    return lambda: _round_trip(state, n, partial(floor_call, _portal().loop, noop))
+
+
+def round_trip_rcts(n: int, state: str = "slept") -> Sample:
     def sample() -> float:
         loop = _portal().loop
         submit = asyncio.run_coroutine_threadsafe
-        start = time.perf_counter()
-        for _ in range(n):
-            submit(noop(), loop).result()
-        return (time.perf_counter() - start) / n * 1e6
+        return _round_trip(state, n, lambda: submit(noop(), loop).result())
 
     return sample
 
 
-def round_trip_anyio(n: int) -> Sample:
-    def sample() -> float:
-        call = _anyio_portal().call
-        start = time.perf_counter()
-        for _ in range(n):
-            call(noop)
-        return (time.perf_counter() - start) / n * 1e6
-
-    return sample
+def round_trip_anyio(n: int, state: str = "slept") -> Sample:
+    return lambda: _round_trip(state, n, partial(_anyio_portal().call, noop))
 
 
-def round_trip_asgiref(n: int) -> Sample:
-    def sample() -> float:
-        fn = async_to_sync(noop)
-        start = time.perf_counter()
-        for _ in range(n):
-            fn()
-        return (time.perf_counter() - start) / n * 1e6
-
-    return sample
+def round_trip_asgiref(n: int, state: str = "slept") -> Sample:
+    return lambda: _round_trip(state, n, async_to_sync(noop))
 
 
 # -- messaging -----------------------------------------------------------------------------------
@@ -216,7 +262,45 @@ async def _close_queue(queue: Any) -> None:
         await close()
 
 
-def thread_to_task_peer(kind: str, n: int, size: int = QUEUE_SIZE) -> Sample:
+def _cpu_seconds() -> float:
+    """CPU time of the whole process (every thread: the loop's and the caller's)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+#: What a messaging sample divides the message count by: "wall" seconds (msgs/s), "cpu"
+#: seconds of the process (msgs per CPU second: the cost, whatever share of the machine the
+#: round got), or "wakes" (the loop's cross-thread wake-ups per message, self-pipe writes).
+CLOCKS = ("wall", "cpu", "wakes")
+
+
+def _messages(n: int, clock: str, run: Callable[[], None]) -> float:
+    loop = _portal().loop
+    writes = [0]
+    original = getattr(loop, "_write_to_self", None)
+    if clock == "wakes":
+        if original is None:
+            return float("nan")  # not a selector loop: no self-pipe to count
+
+        def counting() -> None:
+            writes[0] += 1
+            original()
+
+        loop._write_to_self = counting  # type: ignore[attr-defined]
+    cpu, start = _cpu_seconds(), time.perf_counter()
+    try:
+        run()
+    finally:
+        if clock == "wakes":
+            del loop._write_to_self  # type: ignore[attr-defined]
+    if clock == "wakes":
+        return writes[0] / n
+    if clock == "cpu":
+        return n / (_cpu_seconds() - cpu)
+    return n / (time.perf_counter() - start)
+
+
+def thread_to_task_peer(kind: str, n: int, size: int = QUEUE_SIZE, clock: str = "wall") -> Sample:
     def sample() -> float:
         portal = _portal()
         queue = _make_queue(kind, size)
@@ -227,19 +311,20 @@ def thread_to_task_peer(kind: str, n: int, size: int = QUEUE_SIZE) -> Sample:
             for _ in range(n):
                 await get()
 
-        start = time.perf_counter()
-        done = portal.start_task_soon(consume)
-        for i in range(n):
-            put(i)
-        done.result()
-        elapsed = time.perf_counter() - start
+        def run() -> None:
+            done = portal.start_task_soon(consume)
+            for i in range(n):
+                put(i)
+            done.result()
+
+        result = _messages(n, clock, run)
         portal.call(_close_queue, queue)
-        return n / elapsed
+        return result
 
     return sample
 
 
-def task_to_thread_peer(kind: str, n: int, size: int = QUEUE_SIZE) -> Sample:
+def task_to_thread_peer(kind: str, n: int, size: int = QUEUE_SIZE, clock: str = "wall") -> Sample:
     def sample() -> float:
         portal = _portal()
         queue = _make_queue(kind, size)
@@ -250,14 +335,15 @@ def task_to_thread_peer(kind: str, n: int, size: int = QUEUE_SIZE) -> Sample:
             for i in range(n):
                 await put(i)
 
-        start = time.perf_counter()
-        done = portal.start_task_soon(produce)
-        for _ in range(n):
-            get()
-        elapsed = time.perf_counter() - start
-        done.result()
+        def run() -> None:
+            done = portal.start_task_soon(produce)
+            for _ in range(n):
+                get()
+            done.result()
+
+        result = _messages(n, clock, run)
         portal.call(_close_queue, queue)
-        return n / elapsed
+        return result
 
     return sample
 
@@ -312,6 +398,7 @@ def contention(kind: str, iters: int) -> Sample:
 #: loop-only primitives are for loop-side code, and a thread that meets tasks often should use
 #: the shared one (the peers are compared with that in the rows above).
 SHARED = "shared equivalent (no Portal)"
+ROUND_TRIP_FLOOR = "floor: call_soon_threadsafe + raw lock"
 
 
 def metrics(quick: bool) -> list[Metric]:
@@ -320,12 +407,19 @@ def metrics(quick: bool) -> list[Metric]:
     messages = 2_000 if quick else 20_000
     iters = 100 if quick else 1_000
     return [
-        Metric("thread->loop round trip", "us/call", "lower", {
-            OURS: round_trip_ours(calls),
-            "run_coroutine_threadsafe": round_trip_rcts(calls),
-            "anyio BlockingPortal": round_trip_anyio(calls),
-            "asgiref async_to_sync": round_trip_asgiref(slow_calls),
-        }, note="trivial coroutine; run_coroutine_threadsafe on the same loop as ours"),
+        *[Metric(name, "us/call", "lower", {
+            OURS: round_trip_ours(calls, state),
+            "run_coroutine_threadsafe": round_trip_rcts(calls, state),
+            "anyio BlockingPortal": round_trip_anyio(calls, state),
+            "asgiref async_to_sync": round_trip_asgiref(slow_calls, state),
+            ROUND_TRIP_FLOOR: round_trip_floor(calls, state),
+        }, floor=ROUND_TRIP_FLOOR, note=f"trivial coroutine, {when}; run_coroutine_threadsafe "
+           "and the floor (call_soon_threadsafe of a callback that steps the coroutine and "
+           "releases a raw lock) on the same loop as ours")
+          for name, state, when in (
+              ("thread->loop round trip", "slept", "each round after the threads slept"),
+              ("thread->loop round trip, right after CPU-heavy work", "hot",
+               "each round right after both threads computed for 0.1 s"))],
         *[Metric(f"{direction} messages, SharedChannel({size})", "msgs/s", "higher", {
             OURS: run(kind, messages, size),
             "janus": run("janus", messages, size),
@@ -336,6 +430,23 @@ def metrics(quick: bool) -> list[Metric]:
           for direction, run in (("thread->task", thread_to_task_peer),
                                  ("task->thread", task_to_thread_peer))
           for size, kind in ((QUEUE_SIZE, "SharedChannel"), (1, "SharedChannel"))],
+        # Why the size-64 wall-clock ratio varies from run to run: the same transfers per CPU
+        # second of the process (the cost, whatever share of the machine a round got), and the
+        # loop's cross-thread wake-ups per message (the batching).
+        *[Metric(f"{direction} messages, SharedChannel({QUEUE_SIZE}), {what}", unit, better, {
+            OURS: run("SharedChannel", messages, QUEUE_SIZE, clock),
+            "janus": run("janus", messages, QUEUE_SIZE, clock),
+            "culsans": run("culsans", messages, QUEUE_SIZE, clock),
+            "aiologic Queue": run("aiologic", messages, QUEUE_SIZE, clock),
+        }, note=note)
+          for direction, run in (("thread->task", thread_to_task_peer),
+                                 ("task->thread", task_to_thread_peer))
+          for what, unit, better, clock, note in (
+              ("per CPU second", "msgs/CPU-s", "higher", "cpu",
+               ("messages per CPU second of the whole process (both threads): the cost of a "
+                "message, independent of the share of the machine a round got")),
+              ("loop wake-ups", "wake-ups/msg", "lower", "wakes",
+               "self-pipe writes to the loop per message (cross-thread wake-ups)"))],
         *[Metric(f"{direction} messages, Queue({QUEUE_SIZE}) vs janus", "msgs/s", "higher", {
             OURS: run("Queue", messages, QUEUE_SIZE),
             "janus": run("janus", messages, QUEUE_SIZE),

@@ -6,6 +6,10 @@ Measures, interleaved round by round (the harness's rule: ratios, never lone abs
   asyncio.Queue and aiochannel have no rendezvous, 0 means unbounded there);
 - the same with a buffer of one (ours, trio, anyio, ``asyncio.Queue(maxsize=1)``,
   ``aiochannel.Channel(1)``);
+- beside the unbuffered row, its floor: `FloorChannel`, a deque of parked futures and
+  ``set_result`` on hand-off, nothing else (no cancellation, no select, no close, no FIFO
+  repair), measured in the same rounds, so the multiple of the floor's cost ours pays is
+  measured in every run;
 - select under contention: k producer tasks each send on their own unbuffered channel and one
   consumer runs ``select(Get(c1), ..., Get(ck))`` for k = 2, 4 and 8. No peer has a select (trio
   #242); the floor beside it is the same k producers sending on one shared channel and a plain
@@ -22,7 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Callable
+from functools import partial
+from typing import Protocol
 
 import aiochannel
 import anyio
@@ -31,7 +38,7 @@ import trio
 from benchmarks._harness import OURS, Metric, run_area
 from executors.aio import Channel, Get, Select
 
-__all__ = ("main", "metrics")
+__all__ = ("FloorChannel", "main", "metrics")
 
 Sample = Callable[[], float]
 
@@ -39,9 +46,15 @@ Sample = Callable[[], float]
 # -- producer -> consumer ------------------------------------------------------------------------
 
 
-def ours(size: int, n: int) -> Sample:
+class _SendGet(Protocol):
+    async def send(self, value: int) -> None: ...
+    async def get(self) -> int: ...
+
+
+def _send_get(make: Callable[[], _SendGet], n: int) -> Sample:
+    """One producer task sends N integers to the consumer (the main task) through make()."""
     async def body() -> float:
-        ch: Channel[int] = Channel(size)
+        ch = make()
 
         async def produce() -> None:
             send = ch.send
@@ -58,6 +71,10 @@ def ours(size: int, n: int) -> Sample:
         return n / elapsed
 
     return lambda: asyncio.run(body())
+
+
+def ours(size: int, n: int) -> Sample:
+    return _send_get(partial(Channel[int], size), n)
 
 
 def trio_channel(size: int, n: int) -> Sample:
@@ -144,6 +161,41 @@ def aiochannel_channel(n: int) -> Sample:
     return lambda: asyncio.run(body())
 
 
+class FloorChannel:
+    """The unbuffered hand-off's floor: a deque of parked futures, ``set_result`` on hand-off.
+
+    Nothing else: a cancelled party strands its entry (and a value), there is no close, no
+    select, no loop check. Futures are made the cheapest way (``asyncio.Future()``), as ours.
+    """
+
+    __slots__ = ("_getters", "_senders")
+
+    def __init__(self) -> None:
+        self._getters: deque[asyncio.Future[int]] = deque()
+        self._senders: deque[tuple[asyncio.Future[None], int]] = deque()
+
+    async def send(self, value: int) -> None:
+        if self._getters:
+            self._getters.popleft().set_result(value)
+            return
+        future: asyncio.Future[None] = asyncio.Future()
+        self._senders.append((future, value))
+        await future
+
+    async def get(self) -> int:
+        if self._senders:
+            future, value = self._senders.popleft()
+            future.set_result(None)
+            return value
+        parked: asyncio.Future[int] = asyncio.Future()
+        self._getters.append(parked)
+        return await parked
+
+
+def floor_channel(n: int) -> Sample:
+    return _send_get(FloorChannel, n)
+
+
 # -- select under contention ----------------------------------------------------------------------
 
 
@@ -191,6 +243,7 @@ def shared_channel_floor(k: int, n: int) -> Sample:
 
 
 FLOOR = "plain get, one shared channel"
+UNBUFFERED_FLOOR = "floor: parked futures"
 
 
 def metrics(quick: bool) -> list[Metric]:
@@ -199,6 +252,7 @@ def metrics(quick: bool) -> list[Metric]:
         OURS: ours(0, n),
         "trio": trio_channel(0, n),
         "anyio": anyio_stream(0, n),
+        UNBUFFERED_FLOOR: floor_channel(n),
     }
     buffered: dict[str, Sample | None] = {
         OURS: ours(1, n),
@@ -209,7 +263,9 @@ def metrics(quick: bool) -> list[Metric]:
     }
     result = [
         Metric("unbuffered producer->consumer", "msgs/s", "higher", unbuffered,
-               note="size 0: each send completes when the consumer has the value"),
+               floor=UNBUFFERED_FLOOR,
+               note="size 0: each send completes when the consumer has the value; floor: a "
+                    "deque of parked futures, set_result on hand-off, nothing else"),
         Metric("size-1 producer->consumer", "msgs/s", "higher", buffered,
                note="buffer of one; asyncio.Queue(maxsize=1), aiochannel.Channel(1)"),
     ]

@@ -280,20 +280,35 @@ def bench_table(area: str) -> str:
     contenders: list[str] = []
     for entry in data["metrics"]:
         contenders += [name for name in entry["medians"] if name not in contenders]
-    lines = ["| metric | advantage | " + " | ".join(contenders) + " |",
-             "|---|---|" + "---|" * len(contenders)]
+    # "of floor": how many times the floor's cost ours pays, where the results file has it.
+    floors = any(entry.get("floor_multiple") is not None for entry in data["metrics"])
+    lines = ["| metric | advantage | " + ("of floor | " if floors else "")
+             + " | ".join(contenders) + " |",
+             "|---|---|" + ("---|" if floors else "") + "---|" * len(contenders)]
     for entry in data["metrics"]:
         cells = [_format(entry["medians"][c], "k") if c in entry["medians"] else "—"
                  for c in contenders]
         label = f"{entry['name']} ({entry['unit']}, {entry['better']} is better)"
         advantage = entry.get("advantage_over_best_peer")
         edge = (f"{_format(advantage, '.1f')}x vs {entry['best_peer']}"
+                f"{_rounds(entry.get('advantage_spread'))}"
                 if advantage is not None and entry.get("best_peer") else "n/a")
-        lines.append(f"| {label} | {edge} | " + " | ".join(cells) + " |")
+        multiple = entry.get("floor_multiple")
+        of_floor = (f"{_format(multiple, '.2f')}x{_rounds(entry.get('floor_multiple_spread'))}"
+                    if multiple is not None else "—")
+        lines.append(f"| {label} | {edge} | " + (f"{of_floor} | " if floors else "")
+                     + " | ".join(cells) + " |")
     lines.append("")
     lines.append(f"Python {data['python']}, {data['rounds']} interleaved rounds, medians "
                  f"(`benchmarks/results/{area}.json`).")
     return "\n".join(lines)
+
+
+def _rounds(spread: dict[str, float] | None) -> str:
+    """" (min to max)" of a ratio over the rounds of the run, when the file records it."""
+    if not spread or spread["min"] == spread["max"]:
+        return ""
+    return f" ({_format(spread['min'], '.2f')} to {_format(spread['max'], '.2f')})"
 
 
 _CALLS: dict[str, Callable[..., str]] = {

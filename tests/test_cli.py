@@ -53,10 +53,13 @@ def test_render_writes_a_page_and_a_chart_per_area(tmp_path: Path) -> None:
     assert {p.name for p in written} == {"toy.md", "toy.png", "index.md"}
     page = (out / "toy.md").read_text()
     header = next(line for line in page.splitlines() if line.startswith("| metric"))
-    assert header == "| metric | advantage | executors | peer-a | peer-b | floor |"
-    row = ("| hand-off (ms, lower is better) | **10.0x** vs peer-a | **0.200** | 2.000 | "
-           "unavailable | 0.100 |")
+    assert header == "| metric | advantage | of floor | executors | peer-a | peer-b | floor |"
+    # Ranges are min to max over the rounds (peer-a / ours, ours / floor, round by round);
+    # a file written before the spreads were stored gets them computed from its samples.
+    row = ("| hand-off (ms, lower is better) | **10.0x** vs peer-a (8.80 to 10.00) | "
+           "2.00x (1.73 to 2.50) | **0.200** | 2.000 | unavailable | 0.100 |")
     assert row in page
+    assert "| idle wake-ups (1/s, lower is better) | **∞x** vs peer-a | — |" in page
     assert "**∞x** vs peer-a" in page
     assert "![toy: ours beside the peers](toy.png)" in page
     assert "full run, 3 rounds, Python 3.11.7" in page
@@ -198,7 +201,7 @@ def test_a_real_area_writes_json_that_renders_a_table_and_a_chart(tmp_path: Path
     written = {p.name for p in _bench_report.render_all(results, out)}
     assert written == {f"{area}.md", f"{area}.png", "index.md"}
     page = (out / f"{area}.md").read_text()
-    assert "| metric | advantage | executors |" in page
+    assert "| metric | advantage | " in page and "executors |" in page
     assert "quick run" in page
     assert (out / f"{area}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -256,7 +259,7 @@ def test_bench_writes_to_the_output_folder_never_to_tracked_files(tmp_path: Path
     proc = subprocess.run(_executors("bench", QUICK_AREA, "--quick"), cwd=tmp_path,
                           capture_output=True, text=True, timeout=110, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "| metric | advantage | executors" in proc.stdout
+    assert "| metric | advantage | " in proc.stdout and "executors" in proc.stdout
     assert f"[1/1] {QUICK_AREA}: ok" in proc.stderr
     output = tmp_path / "bench-results"
     assert sorted(p.name for p in output.iterdir()) == [

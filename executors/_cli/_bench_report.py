@@ -14,17 +14,38 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TypedDict, cast
+from typing import NotRequired, TypedDict, cast
 
 from ._words import plural
 
-__all__ = ("OURS", "AreaResult", "MetricResult", "area_table", "load_results", "render_all")
+__all__ = (
+    "OURS",
+    "AreaResult",
+    "MetricResult",
+    "Spread",
+    "area_table",
+    "load_results",
+    "render_all",
+    "spreads",
+)
 
 OURS = "executors"
 
 
+class Spread(TypedDict):
+    """The smallest, median and largest of a metric's per-round values."""
+
+    min: float
+    median: float
+    max: float
+
+
 class MetricResult(TypedDict):
-    """One metric of a results file, as benchmarks/_harness.py writes it."""
+    """One metric of a results file, as benchmarks/_harness.py writes it.
+
+    The spreads (see `spreads`) are absent from files written before they were added; the
+    report then computes them from the samples.
+    """
 
     name: str
     unit: str
@@ -36,6 +57,86 @@ class MetricResult(TypedDict):
     unavailable: list[str]
     best_peer: str | None
     advantage_over_best_peer: float | None
+    spread: NotRequired[dict[str, Spread | None]]
+    advantage_spread: NotRequired[Spread | None]
+    floor_multiple: NotRequired[float | None]
+    floor_multiple_spread: NotRequired[Spread | None]
+
+
+def _multiple(better: str, reference: float, ours: float) -> float:
+    """How many times `reference`'s cost ours pays: ours/reference where lower is better,
+    reference/ours where higher is better (> 1: ours is worse; its inverse is ours'
+    advantage)."""
+    top, bottom = (ours, reference) if better == "lower" else (reference, ours)
+    if bottom > 0:
+        return top / bottom
+    return math.inf if top > 0 else 1.0
+
+
+def _spread(values: Sequence[float]) -> Spread | None:
+    """min, median and max of `values` (NaN samples left out), or None if none is left."""
+    kept = sorted(v for v in values if not math.isnan(v))
+    if not kept:
+        return None
+    middle = len(kept) // 2
+    median = kept[middle] if len(kept) % 2 else (kept[middle - 1] + kept[middle]) / 2
+    return {"min": kept[0], "median": median, "max": kept[-1]}
+
+
+def spreads(better: str, floor: str | None, best_peer: str | None,
+            samples: Mapping[str, Sequence[float]]) -> dict[str, object]:
+    """A metric's spreads, from its samples (contenders measured round-robin, so sample i of
+    every contender comes from round i):
+
+    - ``spread``: per contender, min/median/max of its samples (a median alone hides a
+      bimodal run);
+    - ``advantage_spread``: ours' advantage over `best_peer` round by round (> 1: ours is
+      better), min/median/max;
+    - ``floor_multiple``: how many times the `floor`'s cost ours pays, from the medians
+      (1.0: nothing above the bare mechanism); ``floor_multiple_spread``: the same round by
+      round. None where there is no floor (or no peer).
+    """
+    ours = samples.get(OURS, [])
+    theirs = samples.get(best_peer, []) if best_peer is not None else []
+    bare = samples.get(floor, []) if floor is not None else []
+    multiple = None
+    if ours and bare:
+        mid_ours, mid_bare = _spread(ours), _spread(bare)
+        if mid_ours is not None and mid_bare is not None:
+            multiple = _multiple(better, mid_bare["median"], mid_ours["median"])
+    return {
+        "spread": {name: _spread(vals) for name, vals in samples.items() if vals},
+        "advantage_spread": _spread([
+            1 / m if m else math.inf
+            for m in (_multiple(better, t, o) for t, o in zip(theirs, ours, strict=False))
+        ]) if ours and theirs else None,
+        "floor_multiple": multiple,
+        "floor_multiple_spread": _spread([
+            _multiple(better, b, o) for b, o in zip(bare, ours, strict=False)
+        ]) if ours and bare else None,
+    }
+
+
+def _ratios(metric: MetricResult) -> tuple[Spread | None, float | None, Spread | None]:
+    """(advantage spread, floor multiple, floor multiple spread): from the file, else computed."""
+    if "advantage_spread" in metric and "floor_multiple" in metric:
+        return (metric["advantage_spread"], metric["floor_multiple"],
+                metric.get("floor_multiple_spread"))
+    computed = spreads(metric["better"], metric["floor"], metric["best_peer"], metric["samples"])
+    return (cast("Spread | None", computed["advantage_spread"]),
+            cast("float | None", computed["floor_multiple"]),
+            cast("Spread | None", computed["floor_multiple_spread"]))
+
+
+def _factor(value: float) -> str:
+    return "∞" if math.isinf(value) else f"{value:.2f}"
+
+
+def _range(spread: Spread | None) -> str:
+    """" (min to max)" of a spread over more than one round, else nothing."""
+    if spread is None or spread["min"] == spread["max"]:
+        return ""
+    return f" ({_factor(spread['min'])} to {_factor(spread['max'])})"
 
 
 class AreaResult(TypedDict):
@@ -73,12 +174,21 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}"
 
 
-def _advantage(metric: MetricResult) -> str:
+def _advantage(metric: MetricResult, *, spread: bool = True) -> str:
     adv = metric["advantage_over_best_peer"]
     if adv is None or metric["best_peer"] is None:
         return "n/a"
     factor = "∞" if math.isinf(adv) else f"{adv:.1f}"
-    return f"**{factor}x** vs {_md(metric['best_peer'])}"
+    rounds = _range(_ratios(metric)[0]) if spread else ""
+    return f"**{factor}x** vs {_md(metric['best_peer'])}{rounds}"
+
+
+def _of_floor(metric: MetricResult) -> str:
+    """"1.18x (1.10 to 1.25)": how many times the floor's cost ours pays, and its range."""
+    _, multiple, rounds = _ratios(metric)
+    if multiple is None:
+        return "—"
+    return f"{_factor(multiple)}x{_range(rounds)}"
 
 
 def _contenders(metrics: Sequence[MetricResult]) -> list[str]:
@@ -96,8 +206,12 @@ def area_table(result: AreaResult) -> str:
     """The area's markdown table: metric, advantage over the best peer, then every contender."""
     metrics = result["metrics"]
     names = _contenders(metrics)
-    lines = ["| metric | advantage | " + " | ".join(_md(n) for n in names) + " |",
-             "|---|---|" + "---:|" * len(names)]
+    # "of floor" only where a metric has a floor: how many times the bare mechanism's cost
+    # ours pays, measured in the same rounds. Ranges in parentheses: min to max over the rounds.
+    floors = any(m["floor"] for m in metrics)
+    lines = ["| metric | advantage | " + ("of floor | " if floors else "")
+             + " | ".join(_md(n) for n in names) + " |",
+             "|---|---|" + ("---|" if floors else "") + "---:|" * len(names)]
     for metric in metrics:
         cells = []
         for name in names:
@@ -108,7 +222,8 @@ def area_table(result: AreaResult) -> str:
                 cells.append("unavailable" if name in metric["unavailable"] else "—")
         lines.append(f"| {_md(metric['name'])} ({_md(metric['unit'])}, {metric['better']} is "
                      "better) | "
-                     f"{_advantage(metric)} | " + " | ".join(cells) + " |")
+                     f"{_advantage(metric)} | " + (f"{_of_floor(metric)} | " if floors else "")
+                     + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -219,7 +334,7 @@ def _index_page(results: Sequence[AreaResult]) -> str:
         area = result["area"]
         mode = "quick" if result["quick"] else "full"
         lines.extend(f"| [{area}]({area}.md) | {_md(metric['name'])} ({_md(metric['unit'])}) | "
-                     f"{_advantage(metric)} | {mode}, Python {result['python']} |"
+                     f"{_advantage(metric, spread=False)} | {mode}, Python {result['python']} |"
                      for metric in result["metrics"])
     lines += ["",
               ("Measure one area with `executors bench periodic`, or every area with "

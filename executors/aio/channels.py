@@ -17,6 +17,8 @@ from ._atomic import atomic
 from ._cancel import defer_cancel
 from ._waiters import TaskWaiter, Waiter, WaiterQueue, bind_loop
 
+_Future: Final = asyncio.Future
+
 __all__ = (
     "Channel",
     "ChannelStatistics",
@@ -277,13 +279,18 @@ _MAX_CACHED_PERMUTATIONS_OF = 4
 
 @final
 class _Registration:
-    """One parked operation in one channel queue. Hashable by identity (WaiterQueue keys)."""
+    """One parked operation in one channel queue. Hashable by identity (WaiterQueue keys).
+
+    Its `waiter` is a `Waiter`, or, for a task's plain `Channel.send`/`Channel.get`, the task's
+    bare `asyncio.Future` (the hot path's cheaper form, as `aio.locks` parks its tasks): the
+    claims recognise it by its exact type and treat it as a `TaskWaiter` around it would.
+    """
 
     __slots__ = ("channel", "group", "op", "queue", "value", "waiter")
 
     def __init__(
         self,
-        waiter: Waiter,
+        waiter: Waiter | asyncio.Future[object],
         channel: Channel[object],
         queue: WaiterQueue[_Registration],
         op: _Op | None,
@@ -300,7 +307,12 @@ class _Registration:
     @atomic
     def claim(self, payload: object) -> bool:
         """try_wake the waiter with `payload`; on success drop the select's other registrations."""
-        if not self.waiter.try_wake(payload):
+        waiter = self.waiter
+        if type(waiter) is _Future:  # a plain task's bare future: TaskWaiter.try_wake inlined
+            if waiter.done():
+                return False
+            waiter.set_result(payload)
+        elif not waiter.try_wake(payload):  # type: ignore[union-attr]
             return False
         group = self.group
         if group is not None:
@@ -315,20 +327,33 @@ class _Registration:
     @atomic
     def claim_sent(self) -> bool:
         op = self.op
-        if op is None:
-            return self.claim(_SENT)
+        if op is None:  # a plain send: no group to clean, so straight to the waiter
+            waiter = self.waiter
+            if type(waiter) is not _Future:
+                return waiter.try_wake(_SENT)  # type: ignore[union-attr]
+            if waiter.done():  # a task's bare future: TaskWaiter.try_wake inlined (hot path)
+                return False
+            waiter.set_result(_SENT)
+            return True
         assert isinstance(op, Send)
         return self.claim(SendResult(self.channel, op))
 
     @atomic
     def claim_value(self, value: object) -> bool:
         op = self.op
-        if op is None:
-            claimed = self.claim(value)
+        if op is None:  # a plain get: no group to clean, so straight to the waiter
+            waiter = self.waiter
+            if type(waiter) is _Future:  # a task's bare future (the hot path): inlined
+                if waiter.done():
+                    return False
+                waiter.set_result(value)
+                self.channel._in_flight += 1  # see below
+                return True
+            claimed = waiter.try_wake(value)  # type: ignore[union-attr]
         else:
             assert isinstance(op, Get)
             claimed = self.claim(GetResult(self.channel, op, value))
-        if claimed and self.waiter.resumes_on_loop:
+        if claimed and self.resumes_on_loop:
             # In flight until the task resumes with it or hands it back: till then the
             # channel is not drained, even if closed (see Channel._received).
             self.channel._in_flight += 1
@@ -352,6 +377,20 @@ class _Registration:
                    and (isinstance(reg.op, Send) or not reg.channel._in_flight)
                    for reg in self.group):
                 self.claim(_ALL_CLOSED)
+
+    @property
+    def resumes_on_loop(self) -> bool:
+        """The waiter's `Waiter.resumes_on_loop` (True for a task's bare future)."""
+        waiter = self.waiter
+        return type(waiter) is _Future or waiter.resumes_on_loop  # type: ignore[union-attr]
+
+    @property
+    def waiting(self) -> bool:
+        """The waiter's `Waiter.waiting` (a bare future: not done)."""
+        waiter = self.waiter
+        if type(waiter) is _Future:
+            return not waiter.done()
+        return waiter.waiting  # type: ignore[union-attr]
 
     def __repr__(self) -> str:
         return f"<_Registration op={self.op!r} waiter={self.waiter!r}>"
@@ -489,16 +528,17 @@ class Channel(Generic[T]):
         """Take the next value (buffer head, else a parked sender's), or NOTHING."""
         buffer = self._buffer
         senders = self._senders
+        parked = senders.live  # the queue's own set: a truth test without a method call
         if buffer:
             value = buffer.popleft()
             # A slot opened: the first parked sender's value moves into the tail (chan.go recv()),
             # so FIFO order holds with no wake-and-retry.
-            while senders and len(buffer) < self._size:
+            while parked and len(buffer) < self._size:
                 reg = senders.popleft()
                 if reg.claim_sent():
                     buffer.append(reg.value)  # type: ignore[arg-type]
             return value
-        while senders:
+        while parked:
             reg = senders.popleft()
             if reg.claim_sent():
                 return reg.value  # type: ignore[return-value]
@@ -508,7 +548,8 @@ class Channel(Generic[T]):
     def _offer(self, value: T) -> bool:
         """Hand `value` to the first live parked getter, else buffer it if there is room."""
         getters = self._getters
-        while getters:
+        parked = getters.live  # the queue's own set: a truth test without a method call
+        while parked:
             if getters.popleft().claim_value(value):
                 return True
         # No live sender is parked while there is room (invariant), so this slot is nobody's.
@@ -571,7 +612,7 @@ class Channel(Generic[T]):
             reg.queue.discard(reg)
         elif received is not _CLOSED:
             self._put_back(received)  # type: ignore[arg-type]
-            if reg.waiter.resumes_on_loop:
+            if reg.resumes_on_loop:
                 self._received()
 
     @atomic
@@ -627,11 +668,24 @@ class Channel(Generic[T]):
         """
         if self._closed:
             raise ChannelClosed("send on a closed channel")
-        if self._offer(value):
+        # `_offer` inlined (the hot path): a parked getter takes it, else the buffer if it has
+        # room. `live` is the queue's own set: a truth test without a method call.
+        getters = self._getters
+        parked = getters.live
+        while parked:
+            if getters.popleft().claim_value(value):
+                return
+        if len(self._buffer) < self._size:
+            self._buffer.append(value)
             return
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[object] = loop.create_future()
-        reg = self._park(TaskWaiter(future), self._senders, value, loop)
+        # `_park` inlined, for the task's bare future (see _Registration), made by
+        # asyncio.Future() rather than loop.create_future(): three Python calls less.
+        future: asyncio.Future[object] = _Future()
+        loop = future.get_loop()
+        if loop is not self._loop:
+            self._bind(loop)
+        reg = _Registration(future, self, self._senders, None, value)  # type: ignore[arg-type]
+        self._senders.append(reg)
         try:
             payload = await future
         except asyncio.CancelledError as exc:
@@ -653,14 +707,25 @@ class Channel(Generic[T]):
         Raises:
             ChannelClosed: the channel is closed and drained (no value buffered or in flight).
         """
-        value = self._take()
-        if value is not _NOTHING:
-            return value
+        if self._buffer:
+            return self._take()  # type: ignore[return-value]  # the buffer head
+        # `_take`'s unbuffered half inlined (the hot path): the first live parked sender's value.
+        senders = self._senders
+        parked = senders.live  # the queue's own set: a truth test without a method call
+        while parked:
+            reg = senders.popleft()
+            if reg.claim_sent():
+                return reg.value  # type: ignore[return-value]
         if self._closed and not self._in_flight:
             raise ChannelClosed("get on a closed and drained channel")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[object] = loop.create_future()
-        reg = self._park(TaskWaiter(future), self._getters, None, loop)
+        # `_park` inlined, for the task's bare future (see _Registration), made by
+        # asyncio.Future() rather than loop.create_future(): three Python calls less.
+        future: asyncio.Future[object] = _Future()
+        loop = future.get_loop()
+        if loop is not self._loop:
+            self._bind(loop)
+        reg = _Registration(future, self, self._getters, None, None)  # type: ignore[arg-type]
+        self._getters.append(reg)
         try:
             payload = await future
         except asyncio.CancelledError:
@@ -669,7 +734,10 @@ class Channel(Generic[T]):
             raise
         if payload is _CLOSED:
             raise ChannelClosed("get on a closed and drained channel")
-        self._received()
+        if self._closed:
+            self._received()  # the last value in flight may leave the channel drained
+        else:
+            self._in_flight -= 1  # `_received` for an open channel, inlined (the hot path)
         return payload  # type: ignore[return-value]
 
     @atomic
@@ -916,7 +984,7 @@ class Select:
         if isinstance(received, GetResult):
             channel = received.channel
             channel._put_back(received.value)
-            if regs and regs[0].waiter.resumes_on_loop:
+            if regs and regs[0].resumes_on_loop:
                 channel._received()
             return None
         if isinstance(received, SendResult):

@@ -287,9 +287,11 @@ class PortalCore:
             # The loop drains after its next select(); wake it only if that select may block
             # (Dekker-style with _PortalSelector.select: we append then read _sleeping, it sets
             # _sleeping then reads the inbox; under the GIL one of us sees the other's write).
+            # The wake-up is the drain itself (one handle, run in the iteration the select
+            # returns to); the selector schedules none of its own for a kicked select.
             if self._sleeping and not self._kicked:
                 self._kicked = True
-                loop.call_soon_threadsafe(_nothing)
+                loop.call_soon_threadsafe(self._drain_inbox)
             return
         if not self._inbox_scheduled:
             # Set before the drain can run: a post racing the drain either sees False (and
@@ -409,12 +411,24 @@ class PortalCore:
                 f"fn must return an awaitable (pass an async function), got "
                 f"{type(awaitable).__name__}"
             )
+        return self._spawn(coro, context, name)
+
+    def _spawn(
+        self, coro: Coroutine[Any, Any, T], context: contextvars.Context, name: str | None
+    ) -> asyncio.Task[T]:
+        """A task for `coro` on the portal's loop, its first step run at once where we can
+        (3.12+: eager start; 3.11 on our own selector loop: `_step_now`)."""
         loop = self._loop
         assert loop is not None
         if _EAGER_START:
             return asyncio.Task(coro, loop=loop, name=name, context=context,
                                 eager_start=True)  # type: ignore[call-arg,unused-ignore]
-        return loop.create_task(coro, name=name, context=context)
+        if not self._hooked or loop.get_task_factory() is not None:
+            return loop.create_task(coro, name=name, context=context)
+        # Our own loop without a task factory: what its create_task would do, minus a frame.
+        task: asyncio.Task[T] = asyncio.Task(coro, loop=loop, name=name, context=context)
+        _step_now(loop, task)
+        return task
 
     def _submit_task(
         self,
@@ -480,17 +494,38 @@ class PortalCore:
         self._soon(_cancel_task_of, future)
 
 
-def _nothing() -> None:
-    pass
+def _step_now(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+    """3.11, on the portal's own selector loop: run `task`'s first step now, as 3.12's eager
+    start does, instead of in the loop's next iteration.
+
+    A callee that finishes without suspending then costs no second loop iteration (no second
+    epoll call, no second GIL hand-off): the thread's round trip is one wake-up of the loop, as
+    for a bare ``call_soon_threadsafe`` callback. Sound where stepping the coroutine without a
+    Task is not: the step is the Task's own (`current_task()` is the task, its context is
+    entered), it merely runs earlier. Only the handle the Task's constructor has just appended
+    to the loop's ready queue is taken (a private structure of asyncio's `BaseEventLoop`, the
+    class `_PortalSelector` runs under), recognised by its callback's ``__self__``; anything
+    else leaves the task to the loop, as on other loops.
+    """
+    ready: collections.deque[asyncio.Handle] | None = getattr(loop, "_ready", None)
+    if not ready:
+        return
+    handle = ready[-1]
+    if getattr(handle._callback, "__self__", None) is not task:  # type: ignore[attr-defined]
+        return
+    ready.pop()
+    # What handle._run() does, minus its frame: a Task's step catches every exception but
+    # KeyboardInterrupt and SystemExit, which Handle._run re-raises too.
+    handle._context.run(handle._callback)  # type: ignore[attr-defined]
 
 
 class _PortalSelector(selectors.DefaultSelector):
     """The default selector, plus the portal's inbox hook around every select() call.
 
     Before a select that may block it publishes that the loop sleeps (threads then wake it
-    through the self-pipe) and re-checks the inbox; after any select it schedules the inbox
-    drain with a plain call_soon (the loop thread's own ready queue: it runs in this very
-    iteration, before the loop can select again).
+    through the self-pipe, posting the drain itself) and re-checks the inbox; after a select
+    that no thread woke it schedules the inbox drain with a plain call_soon (the loop thread's
+    own ready queue: it runs in this very iteration, before the loop can select again).
     """
 
     def __init__(self, core: PortalCore) -> None:
@@ -508,9 +543,14 @@ class _PortalSelector(selectors.DefaultSelector):
         try:
             return super().select(timeout)
         finally:
+            kicked = core._kicked
             core._sleeping = False
             core._kicked = False
-            if core._inbox and not core._inbox_scheduled:
+            # A kicked select's drain is the kick's own handle (queued by the poster before it
+            # wrote to the self-pipe; if it is still on its way, the pipe wakes the next select
+            # at once): none here. A drain too many would find the inbox empty, one too few
+            # cannot happen.
+            if not kicked and core._inbox and not core._inbox_scheduled:
                 core._inbox_scheduled = True
                 loop = core._loop
                 assert loop is not None

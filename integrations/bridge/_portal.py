@@ -11,6 +11,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import CancelledError as FutureCancelledError
 from concurrent.futures import wait as wait_futures
+from types import CoroutineType as _CoroutineType
 from types import TracebackType
 from typing import Self, TypeVar, TypeVarTuple, Unpack, final, overload
 
@@ -277,7 +278,9 @@ class Portal(PortalCore):
             waiter.try_fail(_shutdown_error())
             return
         try:
-            task = self._new_task(self._deliver, (waiter, fn, args, context), context, None)
+            # The wrapper's coroutine is made here (making one runs none of its code); `fn` is
+            # called inside the task, in `context`.
+            task = self._spawn(self._deliver(waiter, fn, args, context), context, None)
         except BaseException as exc:
             waiter.try_fail(exc)
             return
@@ -299,7 +302,7 @@ class Portal(PortalCore):
         # so no extra loop iteration on the round trip.
         try:
             awaitable = fn(*args)
-            if not inspect.isawaitable(awaitable):
+            if type(awaitable) is not _CoroutineType and not inspect.isawaitable(awaitable):
                 raise TypeError(f"fn must return an awaitable (pass an async function), got "
                                 f"{type(awaitable).__name__}")
             result = await awaitable

@@ -1010,8 +1010,8 @@ class ChannelMachine(RuleBasedStateMachine):
     @invariant()
     def channel_invariants(self) -> None:
         ch = self.ch
-        live_getters = [r for r in ch._getters if r.waiter.waiting]
-        live_senders = [r for r in ch._senders if r.waiter.waiting]
+        live_getters = [r for r in ch._getters if r.waiting]
+        live_senders = [r for r in ch._senders if r.waiting]
         if live_getters:
             assert len(ch) == 0
             own = {r.waiter for r in live_getters}

@@ -121,6 +121,61 @@ def test_callee_has_a_current_task(portal: Portal) -> None:
     assert portal.call(body)
 
 
+def test_a_callee_that_never_suspends_still_runs_as_its_own_task(portal: Portal) -> None:
+    """A callee that returns without suspending runs its one step inside a real Task (3.11 as
+    3.12+): current_task() is a fresh task per call, asyncio.timeout() enters and leaves, the
+    caller's context is seen and the callee's changes stay in its copy."""
+    tasks: list[asyncio.Task[object]] = []
+
+    async def body() -> str:
+        async with asyncio.timeout(5):  # noqa: ASYNC100  # needs a task, never suspends
+            task = asyncio.current_task()
+            assert task is not None and not task.done()
+            tasks.append(task)
+            seen = var.get()
+            var.set("callee")
+            return seen
+
+    token = var.set("caller")
+    try:
+        assert portal.call(body) == "caller" and portal.call(body) == "caller"
+        assert var.get() == "caller"
+        assert tasks[0] is not tasks[1] and all(t.done() for t in tasks)
+    finally:
+        var.reset(token)
+
+
+def test_a_call_that_never_suspends_costs_one_loop_iteration(portal: Portal) -> None:
+    """On the portal's own selector loop, a call whose callee finishes without suspending is
+    served in the iteration its post woke: the callee's first step runs inside the drain, not
+    in a second iteration (one select() per call, as for a bare call_soon_threadsafe)."""
+    if not isinstance(portal.loop, asyncio.SelectorEventLoop):
+        pytest.skip("counts the selector's select() calls: asyncio's own selector loop only")
+
+    async def noop() -> None:
+        return None
+
+    selector = portal.loop._selector  # type: ignore[attr-defined]
+    original = selector.select
+    count = [0]
+
+    def counting(timeout: float | None = None) -> object:
+        count[0] += 1
+        return original(timeout)
+
+    portal.call(noop)
+    selector.select = counting
+    try:
+        calls = 100
+        for _ in range(calls):
+            portal.call(noop)
+    finally:
+        del selector.select
+    # One select per call, plus slack for a wake-up that lands while the loop is still busy
+    # (two calls' worth of iterations would be 200).
+    assert count[0] <= calls * 1.2 + 3, count[0]
+
+
 def test_posts_to_a_busy_loop_do_not_write_to_its_self_pipe(portal: Portal) -> None:
     """While the loop runs callbacks, thread posts are drained without waking it.
 
