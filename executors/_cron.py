@@ -35,6 +35,8 @@ _KEPT_YEARS = 64
 
 def _parses(index: int, text: str) -> bool:
     """Whether cronsim accepts `text` as field `index` with every other field ``*``."""
+    if not text:
+        return False  # joined into the probe, an empty token would vanish between spaces
     probe = ["0", "*", "*", "*", "*", "*"]
     probe[index] = text
     try:

@@ -1,5 +1,5 @@
-"""A zone's UTC-offset changes, found once per year and cached: what `triggers` resolves
-local wall-clock times with.
+"""A zone's UTC-offset changes, found once per year and cached, and the walk that resolves a
+trigger's local wall-clock times to instants by the rule stated in `executors.triggers`.
 
 `zoneinfo` answers "what is the offset at this instant" but has no public list of the instants
 where the offset changes. This module finds them by asking the offset at every UTC midnight of a
@@ -16,15 +16,22 @@ Stdlib only.
 from __future__ import annotations
 
 from bisect import bisect_right
-from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
+from datetime import UTC, date, datetime, timedelta
+from typing import Literal, NamedTuple, Protocol
 from zoneinfo import ZoneInfo
 
-__all__ = ("Transition", "ZoneTable", "zone_table")
+__all__ = ("LocalPattern", "Transition", "ZoneTable", "first_fire", "zone_table")
 
 _DAY = timedelta(days=1)
+_ZERO = timedelta(0)
+# A change of less than this is "DST-like" (Debian cron's threshold).
+_DST_LIKE = timedelta(hours=3)
+# How far a search looks (in local days): a 400-year Gregorian cycle and one more year.
+HORIZON_DAYS = 401 * 366
 _SECOND = timedelta(seconds=1)
 _UTC = UTC
+_EPOCH = datetime(1970, 1, 1)
+_EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class Transition(NamedTuple):
@@ -41,7 +48,8 @@ class Transition(NamedTuple):
 
 def _offset(tz: ZoneInfo, instant: datetime) -> timedelta:
     """The UTC offset of `tz` at `instant` (naive UTC)."""
-    offset = tz.fromutc(instant.replace(tzinfo=tz)).utcoffset()
+    # Epoch arithmetic, not replace(tzinfo=...): replace costs ~2.5 us on 3.11, this ~0.2 us.
+    offset = (_EPOCH_UTC + (instant - _EPOCH)).astimezone(tz).utcoffset()
     assert offset is not None  # a ZoneInfo always has an offset
     return offset
 
@@ -140,3 +148,63 @@ def zone_table(tz: ZoneInfo) -> ZoneTable:
         # setdefault is one atomic dict operation: two first users end up with one table.
         table = _TABLES.setdefault(key, ZoneTable(tz))
     return table
+
+
+class LocalPattern(Protocol):
+    """The local wall-clock times a trigger matches (a cron expression, a calendar period)."""
+
+    #: Debian cron's "fixed-time job": the gap and fold policies apply to it.
+    fixed: bool
+
+    def next_local(self, lo: datetime, limit: int) -> datetime | None:
+        """The first matching local time at or after `lo` (naive) on a day whose ordinal is
+        at most `limit`, or None."""
+
+
+def first_fire(pattern: LocalPattern, table: ZoneTable, start: datetime,
+               gap: Literal["shift", "skip"], fold: Literal["first", "last", "both"],
+               end: datetime | None) -> datetime | None:
+    """The first fire instant at or after `start` (naive UTC) and at most `end`, or None.
+
+    Walks the zone's constant-offset segments from `start`'s. Inside a segment with offset o,
+    a local time L is the instant L - o. At the segment's end (a change at T from o to o'):
+    a backward DST-like change repeats local [T + o', T + o): a fixed-time job with
+    fold="last" leaves that range to the next segment, one with fold="first" skips it there;
+    a forward DST-like change skips local [T + o, T + o'): a fixed-time job with gap="shift"
+    that matches in it fires at T. A segment ends at the next change or at the next UTC new
+    year, whichever is first, so a search visits at most a few segments a year; the field
+    lookup stops at `HORIZON_DAYS` past the first `start`, so the loop ends.
+    """
+    fixed = pattern.fixed
+    first_only = fixed and fold == "first"
+    last_only = fixed and fold == "last"
+    shift = fixed and gap == "shift"
+    try:
+        limit = min(start.toordinal() + HORIZON_DAYS, date.max.toordinal())
+        while end is None or start <= end:
+            change = table.next_change(start)
+            off = change.before
+            lo = start + off
+            if first_only:
+                prev = table.last_change(start)
+                if prev is not None and prev.after < prev.before < prev.after + _DST_LIKE:
+                    lo = max(lo, prev.at + prev.before)  # the repeated range fired already
+            local = pattern.next_local(lo, limit)
+            if local is None:
+                return None
+            hi = change.at + off
+            size = change.after - off
+            dst_like = abs(size) < _DST_LIKE
+            if last_only and size < _ZERO and dst_like:
+                hi = change.at + change.after  # the repeated range fires after the change
+            if local < hi:
+                found = local - off
+                return found if end is None or found <= end else None
+            if shift and size > _ZERO and dst_like and local < change.at + change.after:
+                return change.at if end is None or change.at <= end else None
+            # The next segment may start at an earlier local time (after a backward change),
+            # so it is searched from its own start, not from `local`.
+            start = change.at
+    except OverflowError:  # the search ran off the end of datetime's range
+        return None
+    return None
