@@ -33,6 +33,28 @@ _SAMPLE_YEARS = range(2000, 2028)
 _KEPT_YEARS = 64
 
 
+def _same_value(a: str, b: str) -> bool:
+    """Whether two range ends name the same value (``30`` and ``30``, ``mon`` and ``MON``)."""
+    if a.isdigit() and b.isdigit():
+        return int(a) == int(b)
+    return a.upper() == b.upper()
+
+
+def _normalized(text: str) -> str:
+    """`text` with each stepped one-value range (``30-30/5``) written as its value.
+
+    cronsim reads ``a-a/n`` as ``a/n`` (from a to the field's end); Debian cron, and we, read
+    it as the one value a.
+    """
+    tokens = text.split(",")
+    for i, token in enumerate(tokens):
+        span, slash, _ = token.partition("/")
+        low, dash, high = span.partition("-")
+        if slash and dash and _same_value(low, high):
+            tokens[i] = low
+    return ",".join(tokens)
+
+
 def _parses(index: int, text: str) -> bool:
     """Whether cronsim accepts `text` as field `index` with every other field ``*``."""
     if not text:
@@ -64,13 +86,14 @@ class CronFields:
                 f"or 6 (second first), got {len(parts)} in {expression!r}")
         six = parts if len(parts) == 6 else ["0", *parts]
         for index, text in enumerate(six):
+            # Checked as written (a bad step in 30-30/x is still named), parsed normalized.
             if not _parses(index, text):
                 # cronsim says only "Bad <field>": find the token it refused.
                 bad = next((tok for tok in text.split(",") if not _parses(index, tok)), text)
                 raise ValueError(
                     f"{FIELD_NAMES[index]} field: bad token {bad!r} in {expression!r}")
         try:
-            sim = CronSim(" ".join(six), _ANCHOR)
+            sim = CronSim(" ".join(_normalized(text) for text in six), _ANCHOR)
         except CronSimError:
             sim = None  # every field parsed alone: cronsim found no month with such a day
         self.expression = expression

@@ -280,6 +280,17 @@ def test_the_field_walk_agrees_with_cronsim_naive_iteration(expression: str) -> 
     assert ours == expected
 
 
+def test_a_stepped_one_value_range_is_that_value() -> None:
+    """'30-30/1' is minute 30 only, as in Debian cron (cronsim reads it as 30-59; the oracle
+    of tests/test_triggers_oracle.py found it)."""
+    assert sorted(CronSim("30-30/1 * * * *", datetime(2024, 1, 1)).minutes) == list(
+        range(30, 60))
+    found = fires(Cron("30-30/1 * * * *", tz="UTC"), utc(2024, 1, 1), 3)
+    assert [f.minute for f in found] == [30, 30, 30]
+    found = fires(Cron("0 0 * * MON-mon/2", tz="UTC"), utc(2024, 1, 1), 2)
+    assert [f.weekday() for f in found] == [0, 0]
+
+
 def test_never_firing_expressions_are_refused() -> None:
     """An expression no date can match is refused at construction, never a search loop:
     cronsim's own check ('0 0 30 2 *'), and ours for ones it accepts (every 1st or 21st that
