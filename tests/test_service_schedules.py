@@ -227,6 +227,38 @@ def test_grace_keeps_late_fire_times_from_running(svc: BackgroundService,
     assert all_runs.fires == [at(12), at(13)] and latest_runs.fires == [at(13)]
 
 
+@pytest.mark.parametrize(("grace", "reason", "missed", "ran"), [
+    (None, "behind", 1, [at(15)]),
+    (1800, "grace", 2, []),
+])
+def test_a_run_that_overruns_a_whole_period_misses_the_fire_times_behind_it(
+        svc: BackgroundService, clock: VirtualClock, grace: float | None, reason: str,
+        missed: int, ran: list[datetime.datetime]) -> None:
+    """The 13:00 run lasts until 15:40: 14:00 is missed ("behind": 15:00 is due too) and only
+    the latest, 15:00, runs (missed="latest"); the overrun is counted. With grace=1800, 15:00
+    is itself 40 minutes late: missed too ("grace"), and nothing runs."""
+    release, started = threading.Event(), threading.Event()
+    runs = Runs(clock)
+
+    def slow() -> None:
+        runs()
+        if len(runs.fires) == 1:
+            started.set()
+            release.wait(10)
+
+    job = svc.schedule(Cron(HOURLY, tz="UTC"), slow, grace=grace)
+    start(svc, clock)
+    clock.advance(1800, settle=False)
+    assert started.wait(5)
+    clock.advance(9600, settle=False)  # no sleeper: time moves while the run blocks
+    release.set()
+    wait_until(lambda: job.statistics().missed == missed and clock.sleepers == 1, 5)
+    assert runs.fires == [at(13), *ran]
+    stats = job.statistics()
+    assert (stats.missed_run, stats.last_missed_reason, stats.overruns) == (0, reason, 1)
+    assert job.next_fire == at(16)
+
+
 # -- clock jumps and suspend -----------------------------------------------------------------
 
 

@@ -434,8 +434,8 @@ def finished(sched: Scheduler, slot: JobSlot) -> None:
     slot.token += 1
     slot.due = None
     sched.wall_slots.discard(slot)
-    if job._stopped:
-        return
+    if job._stopped or job._cancelled:
+        return  # "failed" or "cancelled" says it already
     job._finished = True
     if ScheduleRemoved in sched.events.wanted:
         sched.events.emit(ScheduleRemoved(job._name, "finished"))
