@@ -11,10 +11,12 @@ import contextvars
 import datetime
 import json
 import math
+import os
 import threading
 from collections.abc import Callable, Iterator
 
 import pytest
+from helpers.forking import in_forked_child
 
 from executors import (
     BackgroundService,
@@ -618,6 +620,37 @@ def test_shutdown_delivers_the_events_of_the_last_runs(clock: VirtualClock) -> N
     assert [type(e) for e in seen] == [ScheduleAdded, RunStarted, RunFinished]
     assert svc._scheduler.events.thread is not None
     assert not svc._scheduler.events.thread.is_alive()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("policy", ["eager", "stop"])
+def test_fork_keeps_the_pending_fire_time_and_the_subscribers(
+        services: list[BackgroundService], policy: str) -> None:
+    """In a forked child a running service's wall-clock job keeps its pending fire time and
+    its subscribers ("eager": events flow again on a new dispatcher); a child that stays
+    closed ("stop") starts no dispatcher thread for the events it emits."""
+    svc = BackgroundService("fork", fork_policy=policy)  # type: ignore[arg-type]
+    services.append(svc)
+    seen: list[ServiceEvent] = []
+    svc.subscribe(seen.append)
+    job = svc.cron("0 0 1 1 *", lambda: None, tz="UTC", name="yearly")
+    svc.start()
+    wait_until(lambda: len(seen) == 1, 5)
+    fire = job.next_fire
+
+    def in_child() -> str:
+        job.pause()
+        job.resume()
+        if policy == "eager":
+            wait_until(lambda: len(seen) == 3, 5)
+        dispatcher = svc._scheduler.events.thread
+        alive = dispatcher is not None and dispatcher.is_alive()
+        return f"{job.next_fire == fire} {[type(e).__name__ for e in seen[1:]]} {alive}"
+
+    expected = ("True ['SchedulePaused', 'ScheduleResumed'] True" if policy == "eager"
+                else "False [] False")
+    assert in_forked_child(in_child) == expected
+    assert job.next_fire == fire and len(seen) == 1  # the parent is unaffected
 
 
 # -- bad input -------------------------------------------------------------------------------
