@@ -435,6 +435,49 @@ def test_a_trigger_that_ends_finishes_the_job(svc: BackgroundService,
     assert svc.status().healthy
 
 
+class Flaky:
+    """A trigger of our own (the protocol only): hourly, then it fails as told."""
+
+    tz = None
+
+    def __init__(self, failure: str) -> None:
+        self.failure = failure
+        self.calls = 0
+
+    def next_after(self, instant: datetime.datetime) -> datetime.datetime | None:
+        self.calls += 1
+        if self.calls > 2 and self.failure == "raise":
+            raise RuntimeError("trigger bug")
+        if self.calls > 2 and self.failure == "backwards":
+            return instant
+        return instant.replace(minute=0, second=0, microsecond=0) + datetime.timedelta(hours=1)
+
+    def describe(self) -> str:
+        return f"flaky ({self.failure})"
+
+    def to_data(self) -> dict[str, object]:
+        return {"type": "flaky"}
+
+
+@pytest.mark.parametrize("failure", ["raise", "backwards"])
+def test_a_failing_trigger_stops_its_job(svc: BackgroundService, clock: VirtualClock,
+                                         failure: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A trigger that raises, or returns an instant not after its argument (a loop in the
+    making), stops its job: state "failed", the error counted and logged; the service and its
+    other jobs go on."""
+    runs, others = Runs(clock), Runs(clock)
+    job = svc.schedule(Flaky(failure), runs, name="flaky")  # type: ignore[arg-type]
+    svc.cron(HOURLY, others, tz="UTC")
+    start(svc, clock)
+    clock.advance(5400)
+    stats = job.statistics()
+    assert (stats.state, stats.errors, runs.fires) == ("failed", 1, [at(13)])
+    assert stats.last_error is not None and stats.next_fire is None
+    assert "its trigger failed" in caplog.text
+    assert others.fires == [at(13), at(14)]
+    assert not svc.status().healthy
+
+
 def test_wake_runs_a_cron_job_now_and_keeps_its_fire_time(svc: BackgroundService,
                                                           clock: VirtualClock) -> None:
     """wake() runs a wall-clock job at once, out of schedule (its fire time is now), and the
