@@ -29,7 +29,7 @@ _ANCHOR = datetime(2000, 1, 1)
 # 2000-2027 holds all fourteen kinds of Gregorian year (each weekday of Jan 1, leap or not):
 # a day pattern that matches no day there matches no day ever.
 _SAMPLE_YEARS = range(2000, 2028)
-# Years of matched days kept per expression before the cache starts afresh.
+# Years of matched days kept per day pattern before its cache starts afresh.
 _KEPT_YEARS = 64
 
 
@@ -68,6 +68,74 @@ def _parses(index: int, text: str) -> bool:
     return True
 
 
+class _DayPattern:
+    """The days a (day-of-month, month, day-of-week) triple matches, found a year at a time.
+
+    Shared by every expression with the same three day fields (`day_pattern`): ten thousand
+    jobs at different times of the same days keep one table of days, not ten thousand.
+    """
+
+    __slots__ = ("_sim", "_years", "fires", "months")
+
+    def __init__(self, sim: CronSim) -> None:
+        self._sim = sim
+        self.months = sorted(sim.months)
+        self._years: dict[int, tuple[list[int], frozenset[int]]] = {}
+        self.fires = self._any_day()
+
+    def _any_day(self) -> bool:
+        """Whether any day of the sample years matches (then every 400-year span has one)."""
+        match = self._sim.match_day
+        for year in _SAMPLE_YEARS:
+            for month in self.months:
+                for day in range(1, calendar.monthrange(year, month)[1] + 1):
+                    if match(date(year, month, day)):
+                        return True
+        return False
+
+    def year(self, year: int) -> tuple[list[int], frozenset[int]]:
+        """The ordinals of the matching days of `year` (sorted, and as a set)."""
+        found = self._years.get(year)
+        if found is not None:
+            return found
+        match = self._sim.match_day
+        ordinals: list[int] = []
+        for month in self.months:
+            first = date(year, month, 1).toordinal()
+            days = range(first, first + calendar.monthrange(year, month)[1])
+            ordinals.extend(day for day in days if match(date.fromordinal(day)))
+        if len(self._years) >= _KEPT_YEARS:
+            self._years.clear()  # one atomic call: safe while another thread reads
+        found = (ordinals, frozenset(ordinals))
+        self._years[year] = found
+        return found
+
+
+# (day-of-month, month, day-of-week) as normalized -> its pattern; started afresh when full.
+# Reads and writes are single dict operations (atomic under the GIL); two threads building
+# the same pattern at once build two equal ones, and one is kept.
+_PATTERNS: dict[tuple[str, str, str], _DayPattern | None] = {}
+_KEPT_PATTERNS = 1024
+
+
+def day_pattern(dom: str, month: str, dow: str) -> _DayPattern | None:
+    """The shared pattern of these (normalized) day fields; None if cronsim refuses them
+    together (it found no month with such a day)."""
+    key = (dom, month, dow)
+    try:
+        return _PATTERNS[key]
+    except KeyError:
+        pass
+    try:
+        made: _DayPattern | None = _DayPattern(CronSim(f"0 0 0 {dom} {month} {dow}", _ANCHOR))
+    except CronSimError:
+        made = None
+    if len(_PATTERNS) >= _KEPT_PATTERNS:
+        _PATTERNS.clear()
+    _PATTERNS[key] = made
+    return made
+
+
 class CronFields:
     """One parsed expression: which local wall-clock times match it.
 
@@ -75,8 +143,7 @@ class CronFields:
     error, the number of fields for a wrong count, and `expression` for one that never fires.
     """
 
-    __slots__ = ("_days", "_hours", "_minutes", "_months", "_seconds", "_sim", "expression",
-                 "fixed", "six")
+    __slots__ = ("_days", "_hours", "_minutes", "_seconds", "expression", "fixed", "six")
 
     def __init__(self, expression: str) -> None:
         parts = expression.split()
@@ -92,52 +159,26 @@ class CronFields:
                 bad = next((tok for tok in text.split(",") if not _parses(index, tok)), text)
                 raise ValueError(
                     f"{FIELD_NAMES[index]} field: bad token {bad!r} in {expression!r}")
-        try:
-            sim = CronSim(" ".join(_normalized(text) for text in six), _ANCHOR)
-        except CronSimError:
-            sim = None  # every field parsed alone: cronsim found no month with such a day
+        normalized = [_normalized(text) for text in six]
+        pattern = day_pattern(*normalized[3:])
         self.expression = expression
         self.six = tuple(six)
         # Debian cron's "specific time": neither minute nor hour starts with "*" (the seconds
         # field of a 6-field expression does not count).
         self.fixed = not six[1].startswith("*") and not six[2].startswith("*")
-        if sim is None or not self._fires(sim):
+        if pattern is None or not pattern.fires:
             raise ValueError(
                 f"expression: {expression!r} never fires: no date matches its day-of-month, "
                 f"month and day-of-week fields")
-        self._sim = sim
+        sim = CronSim(" ".join(normalized), _ANCHOR)
+        self._days = pattern
         self._seconds = sorted(sim.seconds)
         self._minutes = sorted(sim.minutes)
         self._hours = sorted(sim.hours)
-        self._months = frozenset(sim.months)
-        self._days: dict[int, tuple[list[int], frozenset[int]]] = {}
-
-    @staticmethod
-    def _fires(sim: CronSim) -> bool:
-        """Whether any day of the sample years matches (then every 400-year span has one)."""
-        for year in _SAMPLE_YEARS:
-            for month in sorted(sim.months):
-                for day in range(1, calendar.monthrange(year, month)[1] + 1):
-                    if sim.match_day(date(year, month, day)):
-                        return True
-        return False
 
     def _year(self, year: int) -> tuple[list[int], frozenset[int]]:
         """The ordinals of the matching days of `year` (sorted, and as a set)."""
-        found = self._days.get(year)
-        if found is not None:
-            return found
-        match = self._sim.match_day
-        ordinals: list[int] = []
-        for month in sorted(self._months):
-            first = date(year, month, 1).toordinal()
-            days = range(first, first + calendar.monthrange(year, month)[1])
-            ordinals.extend(day for day in days if match(date.fromordinal(day)))
-        if len(self._days) >= _KEPT_YEARS:
-            self._days.clear()  # one atomic call: safe while another thread reads
-        found = (ordinals, frozenset(ordinals))
-        self._days[year] = found
-        return found
+        return self._days.year(year)
 
     def next_local(self, lo: datetime, limit: int) -> datetime | None:
         """The first matching local time at or after `lo` (naive) on a day whose ordinal is
