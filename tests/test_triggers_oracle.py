@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from helpers import cron_oracle as oracle
-from hypothesis import HealthCheck, Phase, find, given, settings
+from hypothesis import HealthCheck, Phase, event, find, given, settings
 from hypothesis import strategies as st
 
 from executors.triggers import CalendarInterval, Cron
@@ -35,12 +35,13 @@ FAVOURITE_ZONES = (
     "America/St_Johns", "Australia/Adelaide", "Europe/Dublin", "America/Havana", "Africa/Cairo",
     "Asia/Almaty", "America/Asuncion", "Asia/Gaza", "America/Nuuk",
 )
-ZONES = st.one_of(st.sampled_from(FAVOURITE_ZONES), st.sampled_from(ALL_ZONES))
 YEARS_START = datetime(2024, 1, 1, tzinfo=UTC)
 YEARS_END = datetime(2026, 1, 1, tzinfo=UTC)
 POLICIES = [("shift", "first"), ("skip", "first"), ("shift", "last"), ("shift", "both")]
 GAPS = st.sampled_from(["shift", "skip"])
 FOLDS = st.sampled_from(["first", "last", "both"])
+# A failure's shrinking can take minutes (hypothesis stops it after five); a pass takes seconds.
+SHRINK_TIMEOUT = pytest.mark.timeout(400)
 PROPERTY = settings(
     deadline=None, database=None, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -69,34 +70,56 @@ class Window:
     def zone(self) -> ZoneInfo:
         return ZoneInfo(self.zone_name)
 
-    def local_hours(self) -> list[int]:
-        """Local hours next to the change (or none): where skipped and repeated times are."""
+    def _walls(self) -> tuple[datetime, datetime]:
+        """The local times on either side of the change (or of the window's middle)."""
         if self.change is None:
-            return []
+            middle = (self.lo + (self.hi - self.lo) / 2).astimezone(self.zone)
+            return middle, middle
         at = self.change.at
-        walls = [at + self.change.before, at + self.change.after]
-        walls += [w - timedelta(hours=1) for w in walls]
-        return sorted({w.hour for w in walls})
+        return at + self.change.before, at + self.change.after
+
+    def local_hours(self) -> list[int]:
+        """The hours of the local times a change skips or repeats, and their neighbours."""
+        first, last = sorted(self._walls())
+        hours = {first.hour, last.hour, (first.hour - 1) % 24}
+        wall = first
+        while wall < last:
+            hours.add(wall.hour)
+            wall += timedelta(minutes=15)
+        return sorted(hours)
 
     def local_minutes(self) -> list[int]:
-        if self.change is None:
-            return [0, 30]
-        at = self.change.at
-        return sorted({(at + self.change.before).minute, (at + self.change.after).minute})
+        return sorted({wall.minute for wall in self._walls()} | {0, 15, 30, 45})
 
-    def local_days(self) -> list[date]:
-        zone = self.zone
-        first, last = self.lo.astimezone(zone).date(), self.hi.astimezone(zone).date()
-        return [first + timedelta(days=n) for n in range((last - first).days + 1)]
+    def key_day(self) -> date:
+        """The local date of the change (or of the window's middle)."""
+        return self._walls()[0].date()
+
+
+@functools.cache
+def zones_with_changes() -> tuple[str, ...]:
+    """Zones whose offset in January 2024 differs from July's (DST zones, roughly)."""
+
+    def offset(zone_name: str, month: int) -> timedelta | None:
+        return datetime(2024, month, 15, tzinfo=UTC).astimezone(ZoneInfo(zone_name)).utcoffset()
+
+    return tuple(z for z in ALL_ZONES if offset(z, 1) != offset(z, 7))
+
+
+def _zone_name(draw: st.DrawFn) -> str:
+    """Any zone of the database a quarter of the time, a favourite a quarter, a DST zone half."""
+    source = draw(st.sampled_from([ALL_ZONES, FAVOURITE_ZONES, (), ()]))
+    return draw(st.sampled_from(source or zones_with_changes()))
 
 
 @st.composite
 def windows(draw: st.DrawFn, *, max_side: timedelta) -> Window:
-    """A zone and a window reaching up to `max_side` either side of one of its 2024-2025
-    changes (four times in five when it has one) or of a random 2024-2025 instant."""
-    zone_name = draw(ZONES)
+    """A zone (any of the database, a favourite, or one with DST) and a window reaching up to
+    `max_side` either side of one of its 2024-2025 changes (nine times in ten when it has
+    one) or of a random 2024-2025 instant."""
+    zone_name = _zone_name(draw)
     found = changes(zone_name)
-    change = draw(st.sampled_from(found)) if found and draw(st.integers(0, 4)) else None
+    change = draw(st.sampled_from(found)) if found and draw(st.integers(0, 9)) else None
     if change is not None:
         center = change.at
     else:
@@ -111,7 +134,7 @@ def windows(draw: st.DrawFn, *, max_side: timedelta) -> Window:
 
 
 def _pick(draw: st.DrawFn, favourites: list[int], low: int, high: int) -> int:
-    if favourites and draw(st.booleans()):
+    if favourites and draw(st.integers(0, 3)):
         return draw(st.sampled_from(favourites))
     return draw(st.integers(low, high))
 
@@ -135,41 +158,38 @@ def _star_field(draw: st.DrawFn, high: int) -> str:
     return draw(st.sampled_from(["*", "*/{}"])).format(draw(st.integers(1, high)))
 
 
-def _day_of_month(draw: st.DrawFn, window: Window) -> str:
-    days = [d.day for d in window.local_days()]
-    return draw(st.sampled_from([
-        "*", "*", "*", "*", "*/2", "L", str(draw(st.sampled_from(days))),
-        f"{min(days)}-{max(days)}", f"1,{draw(st.sampled_from(days))},L",
-        str(draw(st.integers(1, 31))),
-    ]))
-
-
-def _month(draw: st.DrawFn, window: Window) -> str:
-    months = sorted({d.month for d in window.local_days()})
-    name = oracle._MONTHS[draw(st.sampled_from(months)) - 1]
+def _day_fields(draw: st.DrawFn, window: Window) -> list[str]:
+    """Day-of-month, month and day-of-week fields, each "*" two times in three and otherwise
+    mostly including the day of the window's change."""
+    day = window.key_day()
+    weekday = oracle._cron_weekday(day)
+    day_name = oracle._DAYS[weekday]
+    month_name = oracle._MONTHS[day.month - 1]
     case = draw(st.sampled_from([str.lower, str.lower, str.upper, str.capitalize]))
-    return draw(st.sampled_from([
-        "*", "*", "*", "*", str(months[0]), case(name), f"{case(name)}-dec", "1-12/2",
-        f"jan,{months[-1]}",
-    ]))
-
-
-def _day_of_week(draw: st.DrawFn, window: Window) -> str:
-    days = [oracle._cron_weekday(d) for d in window.local_days()]
-    day = draw(st.sampled_from(days))
-    name = oracle._DAYS[day]
+    spread = draw(st.integers(0, 3))
+    dom = [
+        str(day.day), f"{max(1, day.day - spread)}-{min(31, day.day + spread)}", "L",
+        f"1,{day.day}", "*/2", f"{day.day}/7", str(draw(st.integers(1, 31))),
+    ]
+    month = [
+        str(day.month), case(month_name), f"{case(month_name)}-dec", "1-12/2",
+        f"jan,{day.month}", str(draw(st.integers(1, 12))),
+    ]
     # Sunday as 7 half of the time.
-    number = 7 if day == 0 and draw(st.booleans()) else day
-    return draw(st.sampled_from([
-        "*", "*", "*", "*", str(number), name, "mon-fri", "sat,sun", "*/2", f"{day}L",
-        f"{name}#{draw(st.integers(1, 5))}", f"0-{number}", "1-7/3", f"{name}-sat",
-    ]))
+    number = 7 if weekday == 0 and draw(st.booleans()) else weekday
+    dow = [
+        str(number), case(day_name), "mon-fri", "sat,sun", "*/2", f"{weekday}L",
+        f"{day_name}#{(day.day - 1) // 7 + 1}", f"{day_name}#{draw(st.integers(1, 5))}",
+        f"0-{number}", "1-7/3", f"{day_name}-sat", str(draw(st.integers(0, 7))),
+    ]
+    return [draw(st.sampled_from(choices)) if not draw(st.integers(0, 2)) else "*"
+            for choices in (dom, month, dow)]
 
 
 @st.composite
 def expressions(draw: st.DrawFn, window: Window, *, seconds: bool) -> str:
     """A cron expression likely to fire in `window`: fixed-time or not, hours near its change."""
-    minutes, hours = [*window.local_minutes(), 0, 15, 30, 45], window.local_hours()
+    minutes, hours = window.local_minutes(), window.local_hours()
     shape = draw(st.sampled_from(["fixed", "fixed", "star-minute", "star-hour"]))
     if shape == "fixed":
         minute, hour = _fixed_field(draw, minutes, 0, 59), _fixed_field(draw, hours, 0, 23)
@@ -178,8 +198,7 @@ def expressions(draw: st.DrawFn, window: Window, *, seconds: bool) -> str:
         hour = _star_field(draw, 6) if draw(st.booleans()) else _fixed_field(draw, hours, 0, 23)
     else:
         minute, hour = _fixed_field(draw, minutes, 0, 59), _star_field(draw, 6)
-    fields = [minute, hour, _day_of_month(draw, window), _month(draw, window),
-              _day_of_week(draw, window)]
+    fields = [minute, hour, *_day_fields(draw, window)]
     if seconds:
         fields.insert(0, draw(st.sampled_from(
             ["0", "*/15", "*/20", "0,30", "10-50/20", "59", "*", str(draw(st.integers(0, 59)))]
@@ -245,12 +264,16 @@ def check_queries(
                 f"{got and _show(got, window.zone)}, oracle {_show(expected, window.zone)}")
 
 
-def _queries(draw: st.DrawFn, window: Window) -> list[datetime]:
-    """Instants inside the window, some inside a repeated interval, in UTC or local time."""
+def _queries(draw: st.DrawFn, window: Window, want: list[datetime]) -> list[datetime]:
+    """Instants inside the window: random ones, on and a microsecond before fires, inside a
+    repeated interval; in UTC or in local time."""
     span = int((window.hi - window.lo).total_seconds())
     points = [window.lo + timedelta(seconds=draw(st.integers(0, span)),
                                     microseconds=draw(st.sampled_from([0, 1, 500_000])))
               for _ in range(3)]
+    if want:
+        fire = draw(st.sampled_from(want))
+        points += [fire, fire - timedelta(microseconds=1)]
     change = window.change
     if change is not None and not change.forward:
         # Inside both passes of the repeated interval: a restarted process asks from there.
@@ -258,7 +281,20 @@ def _queries(draw: st.DrawFn, window: Window) -> list[datetime]:
         points += [change.at - timedelta(seconds=draw(st.integers(1, size))),
                    change.at + timedelta(seconds=draw(st.integers(0, size - 1)))]
     zone = window.zone
-    return [p.astimezone(zone) if draw(st.booleans()) else p for p in points]
+    return [p.astimezone(zone) if draw(st.booleans()) else p
+            for p in points if window.lo <= p <= window.hi]
+
+
+def _coverage(window: Window, fixed_time: bool, want: list[datetime],
+              matches: Callable[[datetime], bool]) -> None:
+    """Statistics (pytest --hypothesis-show-statistics): how often the rule's cases came up."""
+    event("fixed-time" if fixed_time else "not fixed-time")
+    if window.change is not None:
+        event("window holds a forward change" if window.change.forward
+              else "window holds a backward change")
+    if any(oracle.classify_fire(f, window.zone, matches) == "shift" for f in want):
+        event("a fire is a gap shift")
+    event("no fires" if not want else "fires")
 
 
 def _run_cron_case(case: CronCase, draw: st.DrawFn) -> None:
@@ -270,14 +306,16 @@ def _run_cron_case(case: CronCase, draw: st.DrawFn) -> None:
     try:
         trigger = Cron(case.expression, tz=tz, gap=case.gap, fold=case.fold)
     except ValueError:
+        event("refused")
         assert not pattern.fires_on_some_day(), f"{context}: refused, but it fires"
         return
     assert pattern.fires_on_some_day(), f"{context}: accepted, but it never fires"
     want = oracle.cron_fires(pattern, zone, window.lo, window.hi, gap=case.gap, fold=case.fold)
+    _coverage(window, pattern.fixed_time, want, pattern.matches)
     got = oracle.first_fires(trigger.next_after, window.lo, window.hi)
     check_fires(got, want, zone, pattern.matches,
                 shift_allowed=pattern.fixed_time and case.gap == "shift", context=context)
-    check_queries(trigger.next_after, want, window, _queries(draw, window), context)
+    check_queries(trigger.next_after, want, window, _queries(draw, window, want), context)
     _check_bounds(case, pattern, want, draw, context)
 
 
@@ -415,8 +453,9 @@ def test_oracle_calendar_dates_and_fires() -> None:
 # -- Cron against the oracle ---------------------------------------------------------------------
 
 
+@SHRINK_TIMEOUT
 @pytest.mark.parametrize(("gap", "fold"), POLICIES)
-@settings(PROPERTY, max_examples=50)
+@settings(PROPERTY, max_examples=100)
 @given(data=st.data())
 def test_cron_agrees_with_the_oracle(gap: str, fold: str, data: st.DataObject) -> None:
     """5-field Cron in random zones around their changes fires exactly the oracle's instants,
@@ -426,6 +465,7 @@ def test_cron_agrees_with_the_oracle(gap: str, fold: str, data: st.DataObject) -
     _run_cron_case(case, data.draw)
 
 
+@SHRINK_TIMEOUT
 @settings(PROPERTY, max_examples=40)
 @given(data=st.data())
 def test_cron_with_seconds_agrees_with_the_oracle(data: st.DataObject) -> None:
@@ -458,31 +498,37 @@ PERIODS = st.sampled_from([
 @st.composite
 def calendar_cases(draw: st.DrawFn) -> CalendarCase:
     """A CalendarInterval whose early fire dates often fall on a change of its zone."""
-    zone_name = draw(ZONES)
+    zone_name = _zone_name(draw)
     found = changes(zone_name)
     period = draw(PERIODS)
+    second = draw(st.sampled_from([0, 0, 0, 30]))
     if found and draw(st.integers(0, 4)):
         change = draw(st.sampled_from(found))
-        zone = ZoneInfo(zone_name)
-        wall = (change.at - timedelta(minutes=1)).astimezone(zone)
-        hours = [wall.hour, (change.at + change.after).hour, (change.at + change.before).hour]
-        minutes = [0, 30, 45, (change.at + change.before).minute]
+        first, last = sorted(((change.at + change.before).replace(tzinfo=None),
+                              (change.at + change.after).replace(tzinfo=None)))
+        if draw(st.booleans()):  # a local time the change skips or repeats
+            size = int((last - first).total_seconds()) // 60
+            wall = first + timedelta(minutes=draw(st.integers(0, size - 1)))
+            at = wall.time().replace(second=second)
+        else:
+            wall = first
+            at = time(_pick(draw, [first.hour, last.hour, (first.hour - 1) % 24], 0, 23),
+                      _pick(draw, [0, 30, 45, first.minute], 0, 59), second)
         # Start a few periods before the change's local date (days and weeks land on it).
         back = draw(st.integers(0, 3))
         start = wall.date() - timedelta(days=back * (period.get("days", 0)
                                                      + 7 * period.get("weeks", 0)))
     else:
-        hours, minutes = [], [0, 30]
         start = date(2024, 1, 1) + timedelta(days=draw(st.integers(0, 700)))
         if draw(st.booleans()):  # the short-month rule
-            last = calendar.monthrange(start.year, start.month)[1]
-            start = start.replace(day=draw(st.integers(28, last)))
-    at = time(_pick(draw, hours, 0, 23), _pick(draw, minutes, 0, 59),
-              draw(st.sampled_from([0, 0, 0, 30])))
+            end_of_month = calendar.monthrange(start.year, start.month)[1]
+            start = start.replace(day=draw(st.integers(28, end_of_month)))
+        at = time(draw(st.integers(0, 23)), _pick(draw, [0, 30], 0, 59), second)
     end = start + timedelta(days=draw(st.integers(0, 120))) if draw(st.booleans()) else None
     return CalendarCase(zone_name, period, at, start, end, draw(GAPS), draw(FOLDS))
 
 
+@SHRINK_TIMEOUT
 @settings(PROPERTY, max_examples=60)
 @given(case=calendar_cases(), data=st.data())
 def test_calendar_interval_agrees_with_the_oracle(case: CalendarCase, data: st.DataObject,
@@ -496,19 +542,21 @@ def test_calendar_interval_agrees_with_the_oracle(case: CalendarCase, data: st.D
     dates = list(islice(oracle.calendar_dates(case.start, end=case.end, **case.period),
                         count + 3))
     complete = len(dates) < count + 3
-    want = oracle.calendar_fires(dates, case.at, zone, gap=case.gap, fold=case.fold)
-    if not complete:
-        want = want[:count]
+    all_fires = oracle.calendar_fires(dates, case.at, zone, gap=case.gap, fold=case.fold)
+    want = all_fires if complete else all_fires[:count]
     lo = datetime.combine(case.start, time(), tzinfo=UTC) - timedelta(days=1)
     hi = want[-1] if want and not complete else YEARS_END + timedelta(days=3000)
     got = oracle.first_fires(trigger.next_after, lo, hi)
     context = f"{trigger!r}"
     wanted = {datetime.combine(d, case.at) for d in dates}
-    check_fires(got, want, zone, lambda wall: wall in wanted,
+    _coverage(Window(case.zone_name, lo, hi, None), True, want, wanted.__contains__)
+    if len(all_fires) != len(dates):
+        event("a date fires twice or not at all")
+    check_fires(got, want, zone, wanted.__contains__,
                 shift_allowed=case.gap == "shift", context=context)
     if want:
         window = Window(case.zone_name, lo, want[-1], None)
-        check_queries(trigger.next_after, want, window, _queries(data.draw, window), context)
+        check_queries(trigger.next_after, want, window, _queries(data.draw, window, want), context)
 
 
 # -- every zone, and the large changes ----------------------------------------------------------
@@ -532,12 +580,12 @@ def _compare_cron(expression: str, zone_name: str, lo: datetime, hi: datetime, g
 @pytest.mark.parametrize("zone_name", ALL_ZONES)
 def test_every_zone_around_its_2024_changes(zone_name: str) -> None:
     """In every zone of the database, a fixed-time and a non-fixed quarter-hourly job fire
-    the oracle's instants within 12 hours of each 2024 change (or on one day of a zone with
+    the oracle's instants within 6 hours of each 2024 change (or over 12 hours in a zone with
     none), under the default policies and under gap="skip", fold="last"."""
-    spans = [(c.at - timedelta(hours=12), c.at + timedelta(hours=12))
+    spans = [(c.at - timedelta(hours=6), c.at + timedelta(hours=6))
              for c in oracle.transitions(ZoneInfo(zone_name), YEARS_START, _utc(2025, 1, 1))]
     if not spans:
-        spans = [(_utc(2024, 6, 30, 12), _utc(2024, 7, 1, 12))]
+        spans = [(_utc(2024, 6, 30, 18), _utc(2024, 7, 1, 6))]
     for lo, hi in spans:
         _compare_cron(FIXED_EVERY_15, zone_name, lo, hi, "shift", "first")
         _compare_cron(FIXED_EVERY_15, zone_name, lo, hi, "skip", "last")
