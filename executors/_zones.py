@@ -181,6 +181,15 @@ def first_fire(pattern: LocalPattern, table: ZoneTable, start: datetime,
     shift = fixed and gap == "shift"
     try:
         limit = min(start.toordinal() + HORIZON_DAYS, date.max.toordinal())
+        if shift:
+            # A gap-shifted fire of the change that starts `start`'s segment is that change's
+            # instant: at or after `start` only when the search starts exactly on it.
+            prev = table.last_change(start)
+            if prev is not None and prev.at == start and \
+                    _ZERO < prev.after - prev.before < _DST_LIKE:
+                skipped = pattern.next_local(prev.at + prev.before, limit)
+                if skipped is not None and skipped < prev.at + prev.after:
+                    return start if end is None or start <= end else None
         while end is None or start <= end:
             change = table.next_change(start)
             off = change.before
@@ -191,6 +200,11 @@ def first_fire(pattern: LocalPattern, table: ZoneTable, start: datetime,
                     lo = max(lo, prev.at + prev.before)  # the repeated range fired already
             local = pattern.next_local(lo, limit)
             if local is None:
+                if change.after < change.before:
+                    # Past `limit` here, but the next segment starts at an earlier local time
+                    # (a backward change): its repeated times may still be within `limit`.
+                    start = change.at
+                    continue
                 return None
             hi = change.at + off
             size = change.after - off
