@@ -31,6 +31,8 @@ from .store import (
     finish_record,
     from_epoch,
     new_record,
+    record_fields,
+    record_from_fields,
     settle_claim,
     to_epoch,
 )
@@ -69,42 +71,27 @@ _COLUMNS = ("name, definition, digest, paused, next_fire, version, owner, lease_
             "running_fire, attempt, state")
 
 
-def _opt_epoch(instant: dt.datetime | None) -> float | None:
-    return None if instant is None else to_epoch(instant)
-
-
-def _opt_instant(seconds: float | None) -> dt.datetime | None:
-    return None if seconds is None else from_epoch(seconds)
-
-
 def _row_to_record(row: tuple[Any, ...]) -> ScheduleRecord:
     """Decode one row; a row that cannot be decoded raises `StoreFormatError` naming it."""
     name = str(row[0])
     try:
-        definition = ScheduleDefinition.from_data(name, json.loads(str(row[1])))
-        state = json.loads(str(row[10]))
-        if not isinstance(state, dict):
-            raise StoreFormatError(f"schedule {name!r}: state is not an object")
-        counters = state.get("counters", {})
-        last_fire = state.get("last_fire")
-        return ScheduleRecord(
-            definition, str(row[2]), bool(row[3]), _opt_instant(row[4]), int(row[5]), row[6],
-            _opt_instant(row[7]), _opt_instant(row[8]), int(row[9]), dict(counters),
-            None if last_fire is None else from_epoch(float(last_fire)),
-            state.get("last_result"))
-    except StoreFormatError:
-        raise
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        state = json.loads(row[10])
+        fields = {"name": name, "definition": json.loads(row[1]), "digest": row[2],
+                  "paused": bool(row[3]), "next_fire": row[4], "version": row[5],
+                  "owner": row[6], "lease_until": row[7], "running_fire": row[8],
+                  "attempt": row[9], **state}
+    except (ValueError, TypeError) as exc:
         raise StoreFormatError(f"schedule {name!r}: unreadable record ({exc})") from None
+    return record_from_fields(fields)
 
 
 def _record_params(record: ScheduleRecord) -> tuple[object, ...]:
-    state = {"counters": dict(record.counters), "last_result": record.last_result,
-             "last_fire": _opt_epoch(record.last_fire)}
-    return (record.name, json.dumps(record.definition.as_data(), sort_keys=True),
-            record.digest, int(record.paused), _opt_epoch(record.next_fire), record.version,
-            record.owner, _opt_epoch(record.lease_until), _opt_epoch(record.running_fire),
-            record.attempt, json.dumps(state, sort_keys=True))
+    f = record_fields(record)
+    state = {"counters": f["counters"], "last_result": f["last_result"],
+             "last_fire": f["last_fire"]}
+    return (f["name"], json.dumps(f["definition"], sort_keys=True), f["digest"],
+            int(record.paused), f["next_fire"], f["version"], f["owner"], f["lease_until"],
+            f["running_fire"], f["attempt"], json.dumps(state, sort_keys=True))
 
 
 @final
@@ -122,7 +109,7 @@ class SQLiteScheduleStore:
 
     def __init__(self, path: str, *, busy_timeout: float = 30.0) -> None:
         self._path = path
-        self.display_url = f"sqlite:///{path}"
+        self.display_url = f"sqlite:///{path}"  # four slashes for an absolute path
         self._busy_timeout = busy_timeout
         self._local = threading.local()
         self._lock = threading.Lock()

@@ -32,10 +32,13 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
+import importlib
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal, Protocol, final
+
+from executors._urls import redact
 
 __all__ = (
     "FORMAT_VERSION",
@@ -51,6 +54,13 @@ __all__ = (
     "UTC",
     "to_epoch",
     "from_epoch",
+    "record_fields",
+    "record_from_fields",
+    "new_record",
+    "settle_claim",
+    "finish_record",
+    "open_store",
+    "sqlite_path",
 )
 
 #: The format of the records this code writes. A store written by a newer format is refused,
@@ -271,6 +281,134 @@ class ScheduleStore(Protocol):
 
     def close(self) -> None:
         """Release the store's connections."""
+
+
+# -- records as flat fields (what the SQL and document stores write) ---------------------------
+
+
+def record_fields(record: ScheduleRecord) -> dict[str, object]:
+    """`record` as flat JSON-able fields: instants as epoch seconds, definition and counters
+    as mappings. Every store but memory writes these (SQL columns, a document's keys)."""
+    return {
+        "name": record.name, "definition": record.definition.as_data(),
+        "digest": record.digest, "paused": record.paused,
+        "next_fire": _opt_epoch(record.next_fire), "version": record.version,
+        "owner": record.owner, "lease_until": _opt_epoch(record.lease_until),
+        "running_fire": _opt_epoch(record.running_fire), "attempt": record.attempt,
+        "counters": dict(record.counters), "last_fire": _opt_epoch(record.last_fire),
+        "last_result": record.last_result,
+    }
+
+
+def record_from_fields(fields: Mapping[str, object]) -> ScheduleRecord:
+    """The inverse of `record_fields`.
+
+    Raises:
+        StoreFormatError: a field is missing or unreadable, naming the schedule and the field.
+    """
+    name = fields.get("name")
+    if not isinstance(name, str):
+        raise StoreFormatError(f"a schedule record has no name: {dict(fields)!r:.200}")
+    try:
+        definition = fields["definition"]
+        counters = fields["counters"]
+        if not isinstance(definition, Mapping):
+            raise StoreFormatError(f"schedule {name!r}: 'definition' is not an object")
+        if not isinstance(counters, Mapping):
+            raise StoreFormatError(f"schedule {name!r}: 'counters' is not an object")
+        return ScheduleRecord(
+            ScheduleDefinition.from_data(name, definition), str(fields["digest"]),
+            bool(fields["paused"]), _opt_instant(fields["next_fire"]),
+            _int(fields["version"]), _opt_str(fields["owner"]),
+            _opt_instant(fields["lease_until"]), _opt_instant(fields["running_fire"]),
+            _int(fields["attempt"]), {str(k): _int(v) for k, v in counters.items()},
+            _opt_instant(fields["last_fire"]), _opt_str(fields["last_result"]))
+    except KeyError as exc:
+        raise StoreFormatError(f"schedule {name!r}: field {exc} is missing") from None
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise StoreFormatError(f"schedule {name!r}: unreadable record ({exc})") from None
+
+
+def _opt_epoch(instant: dt.datetime | None) -> float | None:
+    return None if instant is None else to_epoch(instant)
+
+
+def _opt_instant(seconds: object) -> dt.datetime | None:
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"an instant must be epoch seconds, got {seconds!r}")
+    return from_epoch(float(seconds))
+
+
+def _opt_str(value: object) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"expected a string, got {value!r}")
+    return value
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {value!r}")
+    return value
+
+
+# -- finding a store by its URL ----------------------------------------------------------------
+
+# scheme -> (module, class), imported only when a URL names it: the core imports no driver.
+_BACKENDS = {
+    "sqlite": ("executors._service.sqlite_schedules", "SQLiteScheduleStore", None),
+    "mongodb": ("integrations.schedule_stores.mongo", "MongoScheduleStore", "mongo"),
+    "mongodb+srv": ("integrations.schedule_stores.mongo", "MongoScheduleStore", "mongo"),
+    "postgresql": ("integrations.schedule_stores.postgres", "PostgresScheduleStore",
+                   "postgres"),
+    "postgres": ("integrations.schedule_stores.postgres", "PostgresScheduleStore", "postgres"),
+}
+
+
+def sqlite_path(url: str) -> str:
+    """The file of a ``sqlite:`` URL: ``sqlite:///jobs.db`` is relative to the working
+    folder, ``sqlite:////srv/jobs.db`` absolute (SQLAlchemy's rule).
+
+    Raises:
+        ValueError: the URL names no file.
+    """
+    rest = url[len("sqlite:"):]
+    path = rest[3:] if rest.startswith("///") else rest[2:] if rest.startswith("//") else rest
+    if not path:
+        raise ValueError(f"store {url!r} names no file: write sqlite:///jobs.db (relative) "
+                         "or sqlite:////srv/jobs.db (absolute)")
+    return path
+
+
+def open_store(url: str) -> ScheduleStore:
+    """The store a URL names: ``memory:``, ``sqlite:///path``, ``mongodb://...``,
+    ``postgresql://...``.
+
+    Raises:
+        TypeError: `url` is not a string.
+        ValueError: an unknown scheme (naming it and the known ones).
+        ImportError: the scheme's driver is not installed (naming the extra to install).
+        ConnectionError: the store cannot be reached (naming the URL, password hidden).
+    """
+    if not isinstance(url, str):
+        raise TypeError(f"store must be a URL or a store object, got {type(url).__name__}")
+    scheme = url.partition(":")[0].lower()
+    if scheme == "memory":
+        return MemoryStore()
+    backend = _BACKENDS.get(scheme)
+    if backend is None:
+        known = ", ".join(["memory", *sorted(_BACKENDS)])
+        raise ValueError(f"store URL scheme {scheme!r} is not one of: {known} "
+                         f"(in {redact(url)!r})")
+    module_name, class_name, extra = backend
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ImportError(f"the {scheme}:// store needs a driver that is not installed "
+                          f"({exc.name}): pip install 'executors[{extra}]'") from exc
+    factory: Callable[[str], ScheduleStore] = getattr(module, class_name)
+    return factory(sqlite_path(url) if scheme == "sqlite" else url)
 
 
 # -- the memory store ---------------------------------------------------------------------------

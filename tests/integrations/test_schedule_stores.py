@@ -1,5 +1,6 @@
-"""The schedule store contract, run against every store: memory and SQLite here (MongoDB and
-PostgreSQL join through the same `store` fixture when their backends land)."""
+"""The schedule store contract, run against every store: memory, SQLite, MongoDB (nx-27017
+started by the tests, or the server of ``MONGODB_URI``) and PostgreSQL (a throwaway server
+from the installed binaries)."""
 
 from __future__ import annotations
 
@@ -8,23 +9,29 @@ import json
 import multiprocessing
 import sqlite3
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import psycopg
+import pymongo
 import pytest
 
 from executors._service.sqlite_schedules import SQLiteScheduleStore
 from executors._service.store import (
     FORMAT_VERSION,
     Claim,
-    MemoryStore,
     Plan,
     ScheduleDefinition,
     ScheduleRecord,
     ScheduleStore,
     StoreFormatError,
+    open_store,
 )
 from executors.testing import wait_until
+from integrations.schedule_stores.mongo import MongoScheduleStore
+from integrations.schedule_stores.postgres import PostgresScheduleStore
 
 PERIOD = dt.timedelta(seconds=1)
 
@@ -66,13 +73,38 @@ def declare_due(store: ScheduleStore, name: str = "job", ago: float = 0.0) -> Sc
     return result.record
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ScheduleStore]:
-    made: ScheduleStore
-    if request.param == "memory":
-        made = MemoryStore()
-    else:
-        made = SQLiteScheduleStore(str(tmp_path / "jobs.db"))
+def _empty_store_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if kind == "memory":
+        return "memory:"
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / 'jobs.db'}"
+    if kind == "mongodb":
+        server = request.getfixturevalue("mongo_server")
+        database = f"sched_{uuid.uuid4().hex[:12]}"
+        parsed = pymongo.uri_parser.parse_uri(server.uri)
+        host, port = parsed["nodelist"][0]
+        return f"mongodb://{host}:{port}/{database}"
+    dsn: str = request.getfixturevalue("pg_dsn")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS executors_schedules, executors_meta")
+    return dsn
+
+
+@pytest.fixture(params=["memory", "sqlite", "mongodb", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL of an empty store of each kind."""
+    return _empty_store_url(request.param, request, tmp_path)
+
+
+@pytest.fixture(params=["sqlite", "mongodb", "postgresql"])
+def shared_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL of an empty store of each kind that several processes can share."""
+    return _empty_store_url(request.param, request, tmp_path)
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[ScheduleStore]:
+    made = open_store(store_url)
     try:
         yield made
     finally:
@@ -211,9 +243,9 @@ def test_pause_resume_reschedule_and_remove(store: ScheduleStore) -> None:
     assert not store.set_next_fire("job", later)
 
 
-def _race(store_path: str, owner: str, out: multiprocessing.Queue[list[str]],
-          start: multiprocessing.synchronize.Event) -> None:  # type: ignore[name-defined]
-    s = SQLiteScheduleStore(store_path)
+def _race(url: str, owner: str, out: multiprocessing.Queue[list[str]],
+          start: Any) -> None:
+    s = open_store(url)
     start.wait()
     got: list[str] = []
     for _ in range(50):
@@ -222,17 +254,17 @@ def _race(store_path: str, owner: str, out: multiprocessing.Queue[list[str]],
     s.close()
 
 
-def test_processes_racing_on_one_sqlite_file_claim_each_fire_time_once(tmp_path: Path) -> None:
-    """Four real processes claim 40 due records on one file at once: each exactly once."""
-    path = str(tmp_path / "race.db")
-    s = SQLiteScheduleStore(path)
+def test_processes_racing_on_one_store_claim_each_fire_time_once(shared_store_url: str) -> None:
+    """Four real processes claim 40 due records of one store at once: each exactly once."""
+    store_url = shared_store_url
+    s = open_store(store_url)
     for i in range(40):
         declare_due(s, f"job{i}")
     s.close()
     ctx = multiprocessing.get_context("spawn")
     out: multiprocessing.Queue[list[str]] = ctx.Queue()
     start = ctx.Event()
-    procs = [ctx.Process(target=_race, args=(path, f"p{i}", out, start)) for i in range(4)]
+    procs = [ctx.Process(target=_race, args=(store_url, f"p{i}", out, start)) for i in range(4)]
     for p in procs:
         p.start()
     start.set()
@@ -291,3 +323,28 @@ def test_sqlite_a_corrupt_record_is_reported_and_skipped(tmp_path: Path) -> None
     assert name == "bad" and "'trigger' must be a dict" in reason
     assert [r.name for r in s.records()] == ["good"]
     s.close()
+
+
+def test_an_unknown_store_scheme_is_refused_naming_it_and_the_known_ones() -> None:
+    """A typo in the scheme names the scheme and lists the ones that exist."""
+    with pytest.raises(ValueError, match=r"'redis' is not one of: memory, mongodb.*sqlite"):
+        open_store("redis://localhost/0")
+    with pytest.raises(TypeError, match="store must be a URL or a store object"):
+        open_store(3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"names no file.*sqlite:///jobs\.db"):
+        open_store("sqlite://")
+
+
+@pytest.mark.parametrize("url", ["mongodb://alice:s3cret@127.0.0.1:{port}/db",
+                                 "postgresql://alice:s3cret@127.0.0.1:{port}/db"])
+def test_an_unreachable_store_is_one_clear_error_with_the_password_hidden(url: str) -> None:
+    """Nothing listens there: one ConnectionError naming the URL, never the password."""
+    from executors.testing import free_port
+
+    target = url.format(port=free_port())
+    store_cls = MongoScheduleStore if target.startswith("mongodb") else PostgresScheduleStore
+    with pytest.raises(ConnectionError) as info:
+        store_cls(target, connect_timeout=1)
+    message = str(info.value)
+    assert "cannot reach the schedule store" in message and "alice:***@127.0.0.1" in message
+    assert "s3cret" not in message
