@@ -33,6 +33,7 @@ from .store import (
     new_record,
     record_fields,
     record_from_fields,
+    redeclared,
     settle_claim,
     to_epoch,
 )
@@ -193,11 +194,7 @@ class SQLiteScheduleStore:
             if old is None:
                 self._put(conn, record, None)
                 return Declared(record, "added")
-            record = dataclasses.replace(
-                record, version=old.version + 1, paused=old.paused, counters=old.counters,
-                last_fire=old.last_fire, last_result=old.last_result, owner=old.owner,
-                lease_until=old.lease_until, running_fire=old.running_fire,
-                attempt=old.attempt)
+            record = redeclared(old, definition, record.next_fire)
             self._put(conn, record, old.version)
             return Declared(record, "changed")
 

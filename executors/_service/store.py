@@ -57,6 +57,7 @@ __all__ = (
     "record_fields",
     "record_from_fields",
     "new_record",
+    "redeclared",
     "settle_claim",
     "finish_record",
     "open_store",
@@ -424,6 +425,14 @@ def new_record(definition: ScheduleDefinition, next_fire: dt.datetime | None,
                           None, None, 0, dict.fromkeys(_COUNTERS, 0), None, None)
 
 
+def redeclared(old: ScheduleRecord, definition: ScheduleDefinition,
+               next_fire: dt.datetime | None) -> ScheduleRecord:
+    """The record of a changed declaration: the new definition and next fire time, the old
+    record's pause, counters and run in progress, and the next version."""
+    return dataclasses.replace(old, definition=definition, digest=definition.digest(),
+                               next_fire=next_fire, version=old.version + 1)
+
+
 def settle_claim(record: ScheduleRecord, owner: str, now: dt.datetime, lease: float,
                  planner: Planner, on_crash: Callable[[ScheduleRecord], OnCrash],
                  ) -> tuple[ScheduleRecord, Claim | None] | None:
@@ -507,14 +516,9 @@ class MemoryStore:
             old = self._records.get(definition.name)
             if old is not None and old.digest == digest:
                 return Declared(old, "unchanged")
-            record = new_record(definition, first_fire(self.now()))
-            if old is not None:
-                record = dataclasses.replace(
-                    record, version=old.version + 1, paused=old.paused,
-                    counters=old.counters, last_fire=old.last_fire,
-                    last_result=old.last_result, owner=old.owner,
-                    lease_until=old.lease_until, running_fire=old.running_fire,
-                    attempt=old.attempt)
+            next_fire = first_fire(self.now())
+            record = new_record(definition, next_fire) if old is None else \
+                redeclared(old, definition, next_fire)
             self._records[definition.name] = record
             return Declared(record, "added" if old is None else "changed")
 

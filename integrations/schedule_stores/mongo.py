@@ -32,6 +32,7 @@ from executors._service.store import (
     new_record,
     record_fields,
     record_from_fields,
+    redeclared,
     settle_claim,
     to_epoch,
 )
@@ -113,11 +114,7 @@ class MongoScheduleStore:
                 except pymongo.errors.DuplicateKeyError:
                     continue  # another process declared it first: read theirs
                 return Declared(record, "added")
-            record = dataclasses.replace(
-                record, version=old.version + 1, paused=old.paused, counters=old.counters,
-                last_fire=old.last_fire, last_result=old.last_result, owner=old.owner,
-                lease_until=old.lease_until, running_fire=old.running_fire,
-                attempt=old.attempt)
+            record = redeclared(old, definition, record.next_fire)
             if self._replace(record, old.version):
                 return Declared(record, "changed")
 

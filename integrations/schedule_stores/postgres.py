@@ -33,6 +33,7 @@ from executors._service.store import (
     new_record,
     record_fields,
     record_from_fields,
+    redeclared,
     settle_claim,
 )
 from executors._urls import redact
@@ -191,11 +192,7 @@ class PostgresScheduleStore:
                 cur.execute(f"INSERT INTO executors_schedules ({_COLUMNS}) VALUES "
                             "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", _encode(record))
                 return Declared(record, "added")
-            record = dataclasses.replace(
-                record, version=old.version + 1, paused=old.paused, counters=old.counters,
-                last_fire=old.last_fire, last_result=old.last_result, owner=old.owner,
-                lease_until=old.lease_until, running_fire=old.running_fire,
-                attempt=old.attempt)
+            record = redeclared(old, definition, record.next_fire)
             self._write(cur, [(record, old.version)])
             return Declared(record, "changed")
 
