@@ -71,6 +71,7 @@ TOPIC_ORDER = (
     "periodic.md",
     "deferred.md",
     "service.md",
+    "schedules.md",
     "semaphore.md",
     "channels.md",
     "structured-concurrency.md",

@@ -2,35 +2,66 @@
 
 The public face. The pieces behind it, one concept each, in the private package
 `executors._service`: `job` (a `Job`, its statistics and the bookkeeping of one run),
-`scheduler` (the scheduler thread, its deadline heap and control messages) and `pool` (the
-bounded worker pool).
+`scheduler` (the scheduler thread, its deadline heap and control messages), `pool` (the
+bounded worker pool), `wallclock` (wall-clock schedules: fire times, clock jumps, missed
+runs), `events` (typed events and their dispatcher thread), `run_info` (`current_run`) and
+`status` (the snapshots).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
+import datetime
 import itertools
 import logging
 import threading
-from collections.abc import Callable
+import zoneinfo
+from collections.abc import Callable, Iterable
 from typing import Literal, TypeVar, TypeVarTuple, final, overload
+
+from typing_extensions import Unpack
 
 from . import _validate, registry
 from ._clock import SYSTEM_CLOCK, Clock, SystemClock
-from ._service.job import NO_PUBLIC_CONSTRUCTOR, Job, JobStatistics, OnError, Overrun, job_interval
+from ._service.events import (
+    ClockChanged,
+    RunFailed,
+    RunFinished,
+    RunMissed,
+    RunStarted,
+    ScheduleAdded,
+    ScheduleChanged,
+    SchedulePaused,
+    ScheduleRemoved,
+    ScheduleResumed,
+    ServiceEvent,
+    Subscription,
+    SubscriptionStatistics,
+)
+from ._service.job import NO_PUBLIC_CONSTRUCTOR, Job, JobStatistics, OnError, Overrun
+from ._service.options import (
+    CronOptions,
+    JobOptions,
+    cron_options,
+    every_options,
+    schedule_options,
+    unique_name,
+)
 from ._service.pool import Pool, Submission
+from ._service.run_info import RunInfo, current_run
 from ._service.scheduler import Scheduler, shutting_down
+from ._service.shutdown import ShutdownReport, alive, wait_all
+from ._service.status import ServiceStatistics, ServiceStatus, state_counts
+from ._service.wallclock import Missed, TriggerLike, WallOnError
 from .errors import ShutdownError
-from .periodic import ForkPolicy
+from .periodic import ForkPolicy, PeriodicExecutor
 
 __all__ = (
-    "BackgroundService",
-    "Job",
-    "JobStatistics",
-    "ServiceStatistics",
-    "ServiceStatus",
-    "ShutdownReport",
+    "BackgroundService", "Job", "JobStatistics", "ServiceStatistics", "ServiceStatus",
+    "ShutdownReport", "current_run", "RunInfo", "ServiceEvent", "RunStarted", "RunFinished",
+    "RunFailed", "RunMissed", "ScheduleAdded", "ScheduleChanged", "ScheduleRemoved",
+    "SchedulePaused", "ScheduleResumed", "ClockChanged", "Subscription",
+    "SubscriptionStatistics",
 )
 
 logger = logging.getLogger("executors.service")
@@ -44,83 +75,6 @@ _DEFAULT_SLACK = 0.001
 _names = itertools.count(1)
 
 
-@dataclasses.dataclass(frozen=True)
-class ServiceStatistics:
-    """Service-wide counters (see `BackgroundService.statistics`)."""
-
-    #: The service's name (``BackgroundService(name=...)``, else ``BackgroundService-N``).
-    name: str
-    #: "idle" (not started), "running", "closing" (shutdown begun) or "closed".
-    state: str
-    #: The most pool threads the service may start (``BackgroundService(workers=...)``).
-    workers: int
-    #: Threads of this service alive now: scheduler + pool workers + dedicated jobs.
-    threads: int
-    #: Jobs the service holds now (a cancelled job leaves once the scheduler has seen it).
-    jobs: int
-    #: Finished runs of all jobs, summed (a cancelled job's runs stay counted).
-    job_runs: int
-    #: Job runs that raised, summed over all jobs.
-    job_errors: int
-    #: Calls of `submit` that were accepted, over the service's life.
-    submitted: int
-    #: Submissions not finished yet (queued or running).
-    submissions_pending: int
-    #: Submissions whose work raised (a cancelled submission is not counted).
-    submissions_failed: int
-    #: ``"ExceptionType: message"`` of the latest submission that raised, or None if none has.
-    last_submission_error: str | None
-    #: Bumped by every fork: the service's internals were rebuilt that many times.
-    generation: int
-
-
-@dataclasses.dataclass(frozen=True)
-class ServiceStatus:
-    """Everything a health endpoint needs: the service's counters and every job's snapshot."""
-
-    #: The service-wide counters (the same snapshot `BackgroundService.statistics` returns).
-    service: ServiceStatistics
-    #: A snapshot of every job the service holds, in the order they were added.
-    jobs: tuple[JobStatistics, ...]
-
-    @property
-    def healthy(self) -> bool:
-        """True while the service runs and no job has been stopped by an error."""
-        return self.service.state == "running" and not any(
-            j.state == "failed" for j in self.jobs
-        )
-
-    def as_dict(self) -> dict[str, object]:
-        """A JSON-serialisable dict (for ``json.dumps`` in a health endpoint)."""
-        return {
-            "healthy": self.healthy,
-            "service": dataclasses.asdict(self.service),
-            "jobs": [dataclasses.asdict(j) for j in self.jobs],
-        }
-
-
-@dataclasses.dataclass(frozen=True)
-class ShutdownReport:
-    """What `BackgroundService.shutdown` achieved by its deadline."""
-
-    #: True if every thread stopped and every submission finished (or was cancelled on request).
-    completed: bool
-    #: Jobs whose run was still executing at the deadline.
-    unfinished_jobs: tuple[str, ...]
-    #: Submissions still running at the deadline (they may finish later; nothing waits).
-    unfinished_submissions: int
-    #: Submissions cancelled before they started (at the deadline, or by ``cancel_pending``).
-    cancelled_submissions: int
-    #: Real seconds the shutdown took.
-    elapsed: float
-    #: Jobs whose due run was still queued behind a busy pool at the deadline: it never
-    #: started and never will (runs not started by the shutdown are dropped, not executed).
-    dropped_jobs: tuple[str, ...] = ()
-
-    def __bool__(self) -> bool:
-        return self.completed
-
-
 @final
 class BackgroundService:
     """Named periodic jobs and one-shot background work on few threads, with graceful shutdown.
@@ -131,6 +85,9 @@ class BackgroundService:
     started on demand. A job made with ``dedicated=True`` gets its own `PeriodicExecutor`
     instead, for blocking work (a server monitor that waits on a socket) that must not hold a
     pool thread. `submit` runs one-shot work on the pool, or on the `executor` given.
+    `schedule` and `cron` run jobs at the fire times of wall-clock triggers (cron, dates,
+    calendars, exact across DST), on the same scheduler and pool; `subscribe` delivers the
+    service's events.
 
     Scheduling of shared jobs:
         Due times lie on a grid: the first run is due `delay` seconds after the job is added
@@ -353,37 +310,17 @@ class BackgroundService:
         )
 
     def _threads(self) -> list[threading.Thread]:
-        return [t for t in [self._scheduler.thread, *list(self._pool.threads)] if t is not None]
+        # The dispatcher last: it waits for the others to end (their runs emit events).
+        return [*self._scheduler.producers(), *filter(None, [self._scheduler.events.thread])]
+
+    def _executors(self) -> list[PeriodicExecutor]:
+        return [e for j in list(self._jobs.values()) if (e := j._executor) is not None]
 
     def _wait(self, deadline: float | None) -> bool:
-        def remaining() -> float | None:
-            return None if deadline is None else max(0.0, deadline - SYSTEM_CLOCK.monotonic())
-
-        me = threading.current_thread()
-        threads = self._threads()
-        for t in threads:
-            if t is me:
-                return False  # a job cannot wait for its own service
-            if t.ident is not None:
-                t.join(remaining())
-        if not any(t.is_alive() for t in threads):
-            self._pool.cancel_leftovers()
-        for job in list(self._jobs.values()):
-            executor = job._executor
-            if executor is not None:
-                executor.join(remaining())
-        futures = [f for f in list(self._futures) if not f.done()]
-        if futures:
-            concurrent.futures.wait(futures, timeout=remaining())
-        return self._threads_alive() == 0 and all(f.done() for f in list(self._futures))
+        return wait_all(self._threads(), self._pool, self._executors(), self._futures, deadline)
 
     def _threads_alive(self) -> int:
-        n = sum(1 for t in self._threads() if t.is_alive())
-        for job in list(self._jobs.values()):
-            executor = job._executor
-            if executor is not None and executor.statistics().thread_alive:
-                n += 1
-        return n
+        return alive(self._threads(), self._executors())
 
     # -- jobs -------------------------------------------------------------------------------
 
@@ -436,43 +373,147 @@ class BackgroundService:
             ValueError: a bad interval, an unknown option value, or a duplicate `name`.
             ShutdownError: the service was shut down.
         """
-        ival = job_interval(interval)
-        mini = _validate.seconds(min_interval, "min_interval")
-        jit = _validate.seconds(jitter, "jitter")
-        dly = _validate.seconds(delay, "delay")
-        bmax = _validate.seconds(backoff_max, "backoff_max")
-        if mini > ival:
-            raise ValueError(f"min_interval ({min_interval!r}) must not exceed interval "
-                             f"({interval!r})")
-        if jit > ival:
-            raise ValueError(f"jitter ({jitter!r}) must not exceed interval ({interval!r})")
-        if on_error not in ("continue", "stop", "backoff"):
-            raise ValueError(
-                f"on_error must be 'continue', 'stop' or 'backoff', got {on_error!r}")
-        if overrun is not None and overrun not in ("skip", "catch_up"):
-            raise ValueError(f"overrun must be 'skip' or 'catch_up', got {overrun!r}")
-        if not isinstance(dedicated, bool):
-            raise TypeError(f"dedicated must be a bool, got {type(dedicated).__name__}")
-        if dedicated and (jit or dly or overrun is not None):
-            raise ValueError("jitter, delay and overrun do not apply to a dedicated job: it "
-                             "follows its PeriodicExecutor's schedule")
-        if name is not None and not isinstance(name, str):
-            raise TypeError(f"name must be a str or None, got {type(name).__name__}")
-        if fn is None:
-            if args:
-                raise TypeError("the decorator form of every() takes no positional args")
+        options = every_options(interval, min_interval, jitter, delay, on_error, overrun,
+                                backoff_max, dedicated, name)
+        return self._add_or_decorate(fn, args, name, options, "every")
 
-            def decorator(func: Callable[[], object]) -> Job:
-                return self._add(func, (), name, ival, mini, jit, dly, on_error,
-                                 overrun or "skip", bmax, dedicated)
+    @overload
+    def schedule(self, trigger: TriggerLike, fn: None = None, /, *, name: str | None = None,
+                 missed: Missed = "latest", max_missed: int = 100, grace: float | None = None,
+                 on_error: WallOnError = "continue", since: datetime.datetime | None = None,
+                 ) -> Callable[[Callable[[], object]], Job]: ...
 
-            return decorator
-        return self._add(fn, args, name, ival, mini, jit, dly, on_error, overrun or "skip",
-                         bmax, dedicated)
+    @overload
+    def schedule(self, trigger: TriggerLike, fn: Callable[[*Ts], object], /, *args: *Ts,
+                 name: str | None = None, missed: Missed = "latest", max_missed: int = 100,
+                 grace: float | None = None, on_error: WallOnError = "continue",
+                 since: datetime.datetime | None = None) -> Job: ...
+
+    def schedule(self, trigger: TriggerLike, fn: Callable[..., object] | None = None, /,
+                 *args: object, name: str | None = None, missed: Missed = "latest",
+                 max_missed: int = 100, grace: float | None = None,
+                 on_error: WallOnError = "continue", since: datetime.datetime | None = None
+                 ) -> Job | Callable[[Callable[[], object]], Job]:
+        """Run ``fn(*args)`` at each fire time of a wall-clock `trigger`; return its `Job`.
+
+        Without `fn`, a decorator (as `every`). The trigger (`executors.Cron`, `Date`,
+        `CalendarInterval`, `Interval`, `AnyOf`, `AllOf`) gives aware UTC fire times; the
+        scheduler sleeps on the monotonic clock until each. While such jobs exist it never
+        sleeps longer than 60 s and compares the wall and boot clocks with the monotonic one
+        at each wake-up: a step or a suspend (a change of more than 1 s) is seen within 60 s
+        and recomputes every deadline. `executors.current_run` gives a run its fire time.
+        When the trigger has no fire time left the job ends (state ``"finished"``).
+
+        A fire time is **missed** when it passed while the service was not watching (after
+        `since`, before the job was added; during a suspend; skipped by a forward step of the
+        clock), when by the time it is handled the next fire time is due too (a run overran,
+        the pool was busy), or when it is later than `grace`. The fire times due at one
+        handling are one group; `missed` says what runs: ``"latest"`` (default) the latest
+        of the group, once; ``"all"`` each, oldest first (at most `max_missed` missed ones);
+        ``"skip"`` none of the missed ones. Every miss is counted (`JobStatistics.missed`),
+        logged at WARNING and announced (`RunMissed`), up to 10,000 a group (then a lower
+        bound). A step of the clock back never runs a fire time twice: the next fire time is
+        always the trigger's first after the last one handled.
+
+        Args:
+            trigger: when to run (see `executors.triggers`).
+            name: unique within the service (default: the function's qualified name).
+            missed: ``"latest"``, ``"all"`` or ``"skip"`` (above).
+            max_missed: the most missed fire times ``missed="all"`` runs at one handling.
+            grace: seconds (> 0) after a fire time past which no policy runs it; None
+                (default): no limit, nothing is dropped for lateness.
+            on_error: ``"continue"`` (log, count, keep the schedule) or ``"stop"``.
+            since: an aware datetime: the schedule was last handled then (how a restart
+                hands its state over); the fire times since then that already passed are
+                missed (reason ``"stopped"``). None: the first fire time is the trigger's
+                first after the service starts (or after now).
+
+        Raises:
+            TypeError, ValueError: a bad argument, named: `trigger` is not a trigger,
+                `missed`, `max_missed`, `grace` or `on_error` out of range, `since` naive.
+            ShutdownError: the service was shut down.
+
+        Example:
+            >>> import datetime
+            >>> from executors import BackgroundService, Date
+            >>> when = datetime.datetime(2030, 3, 1, 11, 0, tzinfo=datetime.timezone.utc)
+            >>> with BackgroundService() as svc:
+            ...     job = svc.schedule(Date(when), print, "report", name="report")
+            ...     job.next_fire.isoformat()
+            '2030-03-01T11:00:00+00:00'
+        """
+        options = schedule_options(trigger, missed, max_missed, grace, on_error, since, name)
+        return self._add_or_decorate(fn, args, name, options, "schedule")
+
+    @overload
+    def cron(self, expression: str, fn: None = None, /, *, tz: zoneinfo.ZoneInfo | str,
+             name: str | None = None, **options: Unpack[CronOptions]
+             ) -> Callable[[Callable[[], object]], Job]: ...
+
+    @overload
+    def cron(self, expression: str, fn: Callable[[*Ts], object], /, *args: *Ts,
+             tz: zoneinfo.ZoneInfo | str, name: str | None = None,
+             **options: Unpack[CronOptions]) -> Job: ...
+
+    def cron(self, expression: str, fn: Callable[..., object] | None = None, /,
+             *args: object, tz: zoneinfo.ZoneInfo | str, name: str | None = None,
+             **options: Unpack[CronOptions]) -> Job | Callable[[Callable[[], object]], Job]:
+        """``schedule(Cron(expression, tz=tz, ...), fn, *args, ...)``: a decorator or a call.
+
+        The keyword `options` are the `executors.Cron` trigger's (``gap="shift"``,
+        ``fold="first"``, ``start``, ``end``, ``jitter``: time that does not exist or happens
+        twice follows Debian cron's rule by default, see the Schedules page), then
+        `schedule`'s (``missed``, ``max_missed``, ``grace``, ``on_error``, ``since``).
+
+        Raises:
+            TypeError, ValueError: a bad argument, named (a bad expression names its field
+                and token); an unknown option.
+            ShutdownError: the service was shut down.
+
+        Example:
+            >>> from executors import BackgroundService
+            >>> with BackgroundService() as svc:
+            ...     @svc.cron("30 2 * * *", tz="Europe/Berlin")
+            ...     def nightly() -> None: ...
+            ...     nightly.statistics().trigger
+            '30 2 * * * Europe/Berlin'
+        """
+        return self._add_or_decorate(fn, args, name, cron_options(expression, tz, name, options),
+                                     "cron")
+
+    def subscribe(self, callback: Callable[[ServiceEvent], object],
+                  kinds: type[ServiceEvent] | Iterable[type[ServiceEvent]] | None = None
+                  ) -> Subscription:
+        """Call ``callback(event)`` for each event of the `kinds` (an event class, an
+        iterable of them, or None: all); returns a `Subscription`.
+
+        Events are frozen dataclasses (`RunStarted`, `RunFinished`, `RunFailed`, `RunMissed`,
+        `ScheduleAdded`, `ScheduleChanged`, `ScheduleRemoved`, `SchedulePaused`,
+        `ScheduleResumed`, `ClockChanged`), delivered in order on the service's one
+        dispatcher thread, never on the scheduler or a worker: a slow or raising subscriber
+        never delays a run. A raise is logged and counted (`Subscription.statistics`); at
+        most 10,000 events wait for the dispatcher, past that new ones are dropped and
+        counted. At shutdown the events of the runs that finish are still delivered.
+
+        Raises:
+            TypeError, ValueError: `callback` is not callable; `kinds` holds something other
+                than event classes, or none. ShutdownError: the service was shut down.
+        """
+        if self._scheduler.closing:
+            raise ShutdownError(f"{self._name} was shut down: cannot subscribe")
+        return self._scheduler.events.subscribe(callback, kinds)
+
+    def _add_or_decorate(self, fn: Callable[..., object] | None, args: tuple[object, ...],
+                         name: str | None, options: JobOptions, method: str
+                         ) -> Job | Callable[[Callable[[], object]], Job]:
+        if fn is not None:
+            return self._add(fn, args, name, options)
+        if args:
+            raise TypeError(f"the decorator form of {method}() takes no positional args")
+        return lambda func: self._add(func, (), name, options)
 
     def _add(self, fn: Callable[..., object], args: tuple[object, ...], name: str | None,
-             interval: float, min_interval: float, jitter: float, delay: float,
-             on_error: OnError, overrun: Overrun, backoff_max: float, dedicated: bool) -> Job:
+             o: JobOptions) -> Job:
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {type(fn).__name__}")
         scheduler = self._scheduler
@@ -480,24 +521,18 @@ class BackgroundService:
             if scheduler.closing:
                 raise ShutdownError(f"{self._name} was shut down: cannot add a job")
             if name is None:
-                base = getattr(fn, "__qualname__", None) or type(fn).__name__
-                # A counter per base name keeps adding many jobs of one function O(1) each.
-                n = self._name_counts.get(base, 0)
-                name = base if n == 0 else f"{base}#{n + 1}"
-                while name in self._jobs:
-                    n += 1
-                    name = f"{base}#{n + 1}"
-                self._name_counts[base] = n + 1
+                name = unique_name(fn, self._jobs, self._name_counts)
             elif name in self._jobs:
                 raise ValueError(f"a job named {name!r} already exists in {self._name}")
-            job = Job(NO_PUBLIC_CONSTRUCTOR, scheduler, fn, args, name, interval, min_interval,
-                      jitter, delay, on_error, overrun, backoff_max, dedicated,
-                      f"{self._name}:{name}")
+            job = Job(NO_PUBLIC_CONSTRUCTOR, scheduler, fn, args, name, o.interval,
+                      o.min_interval, o.jitter, o.delay, o.on_error, o.overrun, o.backoff_max,
+                      o.dedicated, f"{self._name}:{name}", o.wall)
             self._jobs[name] = job
-            started = scheduler.started
-            if started and not dedicated:
+            if ScheduleAdded in scheduler.events.wanted:
+                scheduler.events.emit(ScheduleAdded(name, job._describe()))
+            if (started := scheduler.started) and not o.dedicated:
                 scheduler.schedule_first(job, scheduler.clock.monotonic())
-        if dedicated and started and job._executor is not None:
+        if o.dedicated and started and job._executor is not None:
             job._executor.open()
         elif started:
             scheduler.nudge()
@@ -517,8 +552,7 @@ class BackgroundService:
         service was given. Shutdown waits for it (up to its deadline).
 
         Raises:
-            TypeError: `fn` is not callable.
-            RuntimeError: the service was not started.
+            TypeError: `fn` is not callable. RuntimeError: the service was not started.
             ShutdownError: the service was shut down.
         """
         if not callable(fn):
@@ -589,11 +623,7 @@ class BackgroundService:
 
     def __repr__(self) -> str:
         s = self.statistics()
-        counts: dict[str, int] = {}
-        for job in list(self._jobs.values()):
-            state = job._state()
-            counts[state] = counts.get(state, 0) + 1
-        jobs = " ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+        jobs = state_counts(list(self._jobs.values()))
         return (f"<BackgroundService {self._name!r} {s.state} jobs={s.jobs}"
                 f"{' (' + jobs + ')' if jobs else ''} threads={s.threads}"
                 f" workers={self._workers} pending={s.submissions_pending}>")
@@ -602,21 +632,12 @@ class BackgroundService:
 
     def _after_fork_in_child(self) -> None:
         """Registry hook in a forked child: rebuild, never unlock; apply the fork policy."""
-        scheduler = self._scheduler
-        was_running = scheduler.started and not scheduler.closing
-        scheduler.reset()
+        eager = self._scheduler.after_fork()
         self._pool.reset()
         self._futures = set()
         self._generation += 1
-        if not was_running:
-            scheduler.closing = True
-            return
-        if self._fork_policy == "eager":
+        if eager:
             self.start()
-        elif self._fork_policy == "lazy":
-            scheduler.needs_fork_restart = True
-        else:
-            scheduler.closing = True
 
     def _restart_after_fork(self) -> None:
         lock = self._scheduler.lock

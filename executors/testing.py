@@ -10,6 +10,7 @@ pymongo, and it starts nothing.
 
 from __future__ import annotations
 
+import datetime
 import math
 import queue
 import socket
@@ -21,11 +22,14 @@ from typing import TypeVar, final
 from . import _validate
 from ._clock import SYSTEM_CLOCK
 
-__all__ = ("VirtualClock", "free_port", "wait_until")
+__all__ = ("DEFAULT_WALL", "VirtualClock", "free_port", "wait_until")
 
 T = TypeVar("T")
 
 _TICK = object()
+
+#: `VirtualClock`'s wall time when none is given: a fixed instant, so tests are reproducible.
+DEFAULT_WALL = datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC)
 
 
 def wait_until(condition: Callable[[], object], timeout: float | None = 10.0, *,
@@ -66,7 +70,7 @@ def free_port() -> int:
 
 @final
 class VirtualClock:
-    """A clock that only moves when a test calls `advance`; executors sleeping on it wait.
+    """A clock that only moves when a test says so; executors sleeping on it wait.
 
     Pass it as ``clock=`` to a `PeriodicExecutor` (or anything taking a clock). Its threads then
     sleep until `advance` moves time past their deadline, so a test of a 60 s schedule runs in
@@ -75,6 +79,19 @@ class VirtualClock:
     `advance(seconds)` moves time and, by default, waits until every thread it woke has gone
     back to sleep on the clock (or exited): when it returns, the runs that were due have
     happened, and assertions need no waiting.
+
+    It keeps the three clocks of `executors._clock.Clock`, as Linux does:
+
+    - `monotonic`: starts at `start`; paces every sleep; stops during a `suspend`.
+    - `time`: wall time (seconds since the Unix epoch), starting at `wall` (an aware
+      datetime; default `DEFAULT_WALL`, 2024-01-01 00:00 UTC); `jump` steps it alone, as NTP
+      or an administrator does.
+    - `boottime`: like `monotonic`, but it keeps counting during a `suspend` (Linux's
+      ``CLOCK_BOOTTIME``); it starts equal to `start`.
+
+    `advance` moves all three together. Neither `jump` nor `suspend` wakes a sleeper (a
+    thread sleeping on the real monotonic clock does not wake early either): the sleeper
+    notices when its monotonic deadline comes.
 
     Example:
         >>> from executors import PeriodicExecutor
@@ -89,16 +106,78 @@ class VirtualClock:
         [0.0, 10.0, 20.0]
         >>> ex.close(wait=True)
         True
+        >>> clock.suspend(3600)  # the laptop sleeps an hour: wall time moves, monotonic not
+        >>> clock.monotonic(), clock.time() - DEFAULT_WALL.timestamp()
+        (25.0, 3625.0)
+
+    Raises:
+        TypeError, ValueError: `start` is not a finite number, or `wall` is not an aware
+            datetime (naming the argument).
     """
 
-    def __init__(self, start: float = 0.0) -> None:
+    def __init__(self, start: float = 0.0, *, wall: datetime.datetime | None = None) -> None:
+        if not _is_number(start):
+            raise TypeError(f"start must be a number, got {type(start).__name__}")
+        if not math.isfinite(start):
+            raise ValueError(f"start must be finite, got {start!r}")
+        if wall is None:
+            wall = DEFAULT_WALL
+        elif not isinstance(wall, datetime.datetime):
+            raise TypeError(f"wall must be an aware datetime or None, got {type(wall).__name__}")
+        elif wall.utcoffset() is None:
+            raise ValueError(f"wall must be an aware datetime (with a tzinfo), got {wall!r}")
         self._now = float(start)
+        self._wall = wall.timestamp()
+        self._boot = float(start)
         self._cond = threading.Condition()
         # thread -> (deadline, queue) for threads blocked in wait()
         self._sleepers: dict[threading.Thread, tuple[float, queue.SimpleQueue[object]]] = {}
 
     def monotonic(self) -> float:
         return self._now
+
+    def time(self) -> float:
+        """Wall time, seconds since the Unix epoch (moved by `advance`, `jump` and `suspend`)."""
+        return self._wall
+
+    def boottime(self) -> float:
+        """Monotonic time that kept counting through every `suspend`."""
+        return self._boot
+
+    def jump(self, seconds: float) -> None:
+        """Step the wall clock alone by `seconds` (negative: back), as an NTP step does.
+
+        Raises:
+            TypeError, ValueError: `seconds` is not a finite number.
+        """
+        if not _is_number(seconds):
+            raise TypeError(f"seconds must be a number of seconds, got {type(seconds).__name__}")
+        if not math.isfinite(seconds):
+            raise ValueError(f"seconds must be a finite number of seconds, got {seconds!r}")
+        with self._cond:
+            self._wall += float(seconds)
+
+    def suspend(self, seconds: float) -> None:
+        """Suspend the machine for `seconds`: wall time and `boottime` move, `monotonic` does not.
+
+        Linux's ``CLOCK_MONOTONIC`` stops while the machine sleeps, so a thread sleeping on
+        it wakes `seconds` of wall time later than it meant to; no sleeper wakes here.
+
+        Raises:
+            TypeError, ValueError: `seconds` is not a finite number >= 0.
+        """
+        step = _validate.seconds(seconds, "seconds")
+        with self._cond:
+            self._wall += step
+            self._boot += step
+
+    def _move_to(self, when: float) -> None:
+        # Monotonic, wall and boot time move together (caller holds the condition).
+        if when > self._now:
+            delta = when - self._now
+            self._now = when
+            self._wall += delta
+            self._boot += delta
 
     @property
     def sleepers(self) -> int:
@@ -150,7 +229,7 @@ class VirtualClock:
                 if not due:
                     break
                 step = min(d for d, _, _ in due)
-                self._now = max(self._now, step)
+                self._move_to(step)
                 woken = [(t, q) for d, t, q in due if d <= step]
                 for t, q in woken:
                     self._sleepers.pop(t, None)
@@ -158,7 +237,7 @@ class VirtualClock:
                 if not settle:
                     continue
                 self._settle([t for t, _ in woken], limit)
-            self._now = end
+            self._move_to(end)
 
     def wait_for_sleepers(self, count: int, timeout: float | None = 10.0) -> None:
         """Wait (real time) until at least `count` threads are sleeping on this clock."""
@@ -180,4 +259,10 @@ class VirtualClock:
             self._cond.wait(min(remaining, 0.05))
 
     def __repr__(self) -> str:
-        return f"<VirtualClock now={self._now:g} sleepers={len(self._sleepers)}>"
+        wall = datetime.datetime.fromtimestamp(self._wall, datetime.UTC)
+        return (f"<VirtualClock now={self._now:g} wall={wall.isoformat()}"
+                f" sleepers={len(self._sleepers)}>")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -65,7 +65,7 @@ DEFAULT_OUTPUT = Path("bench-results")
 # Rough duration of a quick run per area (one round each), measured on a loaded 2-core machine;
 # only the --help text uses it. A full run's duration comes from the area's last results file.
 _QUICK_SECONDS = {"bridge": 1, "channels": 1, "deferred": 7, "locks": 1, "periodic": 11,
-                  "service": 11, "taskgroups": 1, "traversal": 2}
+                  "scheduler": 10, "service": 11, "taskgroups": 1, "traversal": 2}
 
 _PROGRESS = re.compile(r"^\[(?P<area>[\w-]+)\] (?P<metric>.+) \.\.\.$")
 

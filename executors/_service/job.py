@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import datetime
 import logging
 import math
 from collections.abc import Callable
@@ -19,8 +20,19 @@ from typing import TYPE_CHECKING, Literal, final
 from executors import _validate
 from executors.periodic import PeriodicExecutor
 
+from .events import (
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    ScheduleChanged,
+    SchedulePaused,
+    ScheduleResumed,
+)
+from .run_info import EveryRun, RunInfo, enter_run
+
 if TYPE_CHECKING:
     from .scheduler import Scheduler
+    from .wallclock import TriggerLike, WallState
 
 __all__ = ("Job", "JobSlot", "JobStatistics", "OnError", "Overrun", "job_interval")
 
@@ -29,7 +41,8 @@ logger = logging.getLogger("executors.service")
 OnError = Literal["continue", "stop", "backoff"]
 Overrun = Literal["skip", "catch_up"]
 
-#: The key of `Job`'s constructor: jobs are made by `BackgroundService.every` only.
+#: The key of `Job`'s constructor: jobs are made by `BackgroundService.every`, `schedule` and
+#: `cron` only.
 NO_PUBLIC_CONSTRUCTOR = object()
 
 
@@ -47,7 +60,9 @@ class JobStatistics:
     """A snapshot of one job (see `Job.statistics` and `BackgroundService.status`).
 
     Times are on the service's clock (`time.monotonic` unless a clock was injected);
-    `next_run_in` is relative to the moment of the snapshot.
+    `next_run_in` is relative to the moment of the snapshot. Wall-clock times (the fields
+    about fire times, for ``schedule()`` and ``cron()`` jobs) are ISO 8601 strings, so that
+    `ServiceStatus.as_dict` stays ready for ``json.dumps``.
     """
 
     #: The job's name: ``every(name=...)``, else the function's qualified name (with ``#2``,
@@ -55,14 +70,16 @@ class JobStatistics:
     name: str
     #: "pending" (service not started), "scheduled" (also while a due run waits for a pool
     #: thread), "running" (a run is executing), "paused", "failed" (stopped by
-    #: ``on_error="stop"``), "cancelled", or "closed" (the service shut down; a run that had
-    #: not started by then is dropped).
+    #: ``on_error="stop"``, or its trigger raised), "finished" (its trigger has no fire time
+    #: left), "cancelled", or "closed" (the service shut down; a run that had not started by
+    #: then is dropped).
     state: str
     #: True if the job runs on its own `PeriodicExecutor` thread (``every(dedicated=True)``),
     #: False if it shares the service's scheduler and worker pool.
     dedicated: bool
-    #: The time between due runs, in seconds, as given to ``every()``.
-    interval: float
+    #: The time between due runs, in seconds, as given to ``every()``; None for a wall-clock
+    #: job (``schedule()``, ``cron()``).
+    interval: float | None
     #: Runs that finished (successfully or not); a run in progress is not counted yet.
     runs: int
     #: Runs that raised, over the job's life (never reset).
@@ -99,6 +116,31 @@ class JobStatistics:
     wake_requests: int
     #: True while the job is light enough to run on the scheduler thread (no hand-off).
     inline: bool
+    #: The schedule as people read it: the trigger's description (``"30 2 * * *
+    #: Europe/Berlin"``) for a wall-clock job, ``"every 60s"`` for an ``every()`` job.
+    trigger: str = ""
+    #: The next fire time in the trigger's zone (ISO 8601, with its UTC offset), or None (an
+    #: ``every()`` job, or no run is scheduled: paused, finished, cancelled, failed).
+    next_fire: str | None = None
+    #: The same instant in UTC (ISO 8601), or None.
+    next_fire_utc: str | None = None
+    #: The fire time of the latest run (UTC, ISO 8601), or None before the first run (and
+    #: for an ``every()`` job).
+    last_fire: str | None = None
+    #: The ``missed`` policy (``"latest"``, ``"all"``, ``"skip"``), or None for ``every()``.
+    missed_policy: str | None = None
+    #: Fire times missed, over the job's life (see `BackgroundService.schedule` for what a
+    #: miss is): run late or not run, each counted once.
+    missed: int = 0
+    #: Of `missed`, the fire times run anyway, late (``missed="latest"`` or ``"all"``);
+    #: ``missed - missed_run`` were not run.
+    missed_run: int = 0
+    #: Why the latest miss happened (``"stopped"``, ``"suspended"``, ``"clock_jump"``,
+    #: ``"behind"``, ``"grace"``), or None if nothing was missed.
+    last_missed_reason: str | None = None
+    #: Fire times that passed while the job was paused: skipped by intent, not run, and not
+    #: counted in `missed`.
+    skipped_paused: int = 0
 
 
 @final
@@ -112,7 +154,7 @@ class JobSlot:
     """
 
     __slots__ = ("due", "executing", "heavy", "inline", "job", "last_nominal", "nominal",
-                 "running", "token", "wake_posted", "wake_requested")
+                 "running", "token", "wake_posted", "wake_requested", "wake_run")
 
     def __init__(self, job: Job) -> None:
         self.job = job
@@ -129,6 +171,9 @@ class JobSlot:
         # so repeated wakes are one message (the queue stays bounded).
         self.wake_requested = False
         self.wake_posted = False
+        # Under the lock: this heap entry is a wake()'s, for a wall-clock job, whose run is
+        # out of schedule (its pending fire time stays).
+        self.wake_run = False
         # Light jobs run on the scheduler thread: see BackgroundService(inline_below=).
         self.inline = False
         self.heavy = False
@@ -140,12 +185,12 @@ class JobSlot:
 
 @final
 class Job:
-    """A periodic job of a `BackgroundService`; made by `BackgroundService.every`, never directly.
+    """A job of a `BackgroundService`: made by its `every`, `schedule` or `cron`, never directly.
 
     Control methods may be called from any thread. `wake()` and `cancel()` take no lock (safe
     from destructors and weakref callbacks; ``cancel`` accepts and ignores one positional
     argument so that ``weakref.ref(owner, job.cancel)`` ends a job with its owner). `pause()`,
-    `resume()` and `update_interval()` take the service's lock briefly.
+    `resume()`, `update_interval()` and `reschedule()` take the service's lock briefly.
 
     A job never runs concurrently with itself.
     """
@@ -160,6 +205,7 @@ class Job:
         "_delay",
         "_errors",
         "_executor",
+        "_finished",
         "_fn",
         "_interval",
         "_jitter",
@@ -180,14 +226,20 @@ class Job:
         "_slot",
         "_stopped",
         "_wake_requests",
+        "_wall",
     )
 
     def __init__(self, key: object, scheduler: Scheduler, fn: Callable[..., object],
                  args: tuple[object, ...], name: str, interval: float, min_interval: float,
                  jitter: float, delay: float, on_error: OnError, overrun: Overrun,
-                 backoff_max: float, dedicated: bool, executor_name: str = "") -> None:
+                 backoff_max: float, dedicated: bool, executor_name: str = "",
+                 wall: WallState | None = None) -> None:
         if key is not NO_PUBLIC_CONSTRUCTOR:
-            raise TypeError("Job objects are made by BackgroundService.every()")
+            raise TypeError("Job objects are made by BackgroundService.every(), schedule() "
+                            "and cron()")
+        # A wall-clock job (schedule(), cron()) has a trigger instead of an interval: no
+        # run of it is an "overrun" of an interval (its overruns are counted by fire times).
+        self._wall = wall
         self._scheduler = scheduler
         self._slot = JobSlot(self)
         self._fn = fn
@@ -210,6 +262,7 @@ class Job:
         self._paused = False
         self._cancelled = False
         self._stopped = False
+        self._finished = False
         # Statistics, written by the run in progress (one at a time).
         self._runs = 0
         self._errors = 0
@@ -229,7 +282,9 @@ class Job:
         """Ask for a run soon: now, or `min_interval` after the start of the previous run.
 
         Takes no lock (destructor-safe). A wake during a run is served after it; a wake of a
-        paused, cancelled or failed job is counted and otherwise ignored.
+        paused, cancelled, failed or finished job is counted and otherwise ignored. For a
+        wall-clock job the run is out of schedule: its fire time (`executors.current_run`) is
+        the moment it starts, and the pending fire time stays.
         """
         self._wake_requests += 1
         executor = self._executor
@@ -253,27 +308,36 @@ class Job:
 
     def pause(self) -> None:
         """Stop scheduling runs until `resume()`; a run in progress finishes."""
+        already = self._paused
         self._paused = True
         if self._executor is not None:
             self._executor.close()
         else:
             self._scheduler.unschedule(self._slot)
+        events = self._scheduler.events
+        if not already and SchedulePaused in events.wanted:
+            events.emit(SchedulePaused(self._name))
 
     def resume(self) -> None:
         """Resume a paused job: it runs at once if a run fell due while paused, else when due.
 
-        A dedicated job runs at once (its executor starts again).
+        A dedicated job runs at once (its executor starts again). A wall-clock job does not
+        catch up: fire times that passed while it was paused were skipped by intent (counted
+        in `JobStatistics.skipped_paused`, not as missed), and it runs at its next fire time.
         """
         if not self._paused:
             return
         self._paused = False
         executor = self._executor
         scheduler = self._scheduler
+        skipped = 0
         if executor is None:
-            scheduler.resumed(self._slot)
+            skipped = scheduler.resumed(self._slot)
         elif scheduler.started and not scheduler.closing and not self._cancelled:
             executor.open()
             executor.wake()  # a thread kept from before the pause sleeps until its due time
+        if ScheduleResumed in scheduler.events.wanted:
+            scheduler.events.emit(ScheduleResumed(self._name, skipped))
 
     def update_interval(self, interval: float) -> None:
         """Change the interval; the next run is rescheduled at once (last start + `interval`).
@@ -281,7 +345,11 @@ class Job:
         Raises:
             TypeError, ValueError: `interval` is not a finite number > 0 and >= `min_interval`
                 (0 is refused as in `BackgroundService.every`).
+            TypeError: a wall-clock job (``schedule()``, ``cron()``): use `reschedule`.
         """
+        if self._wall is not None:
+            raise TypeError(f"job {self._name!r} runs on a trigger, not an interval: "
+                            "use reschedule(trigger)")
         seconds = job_interval(interval)
         if seconds < self._min_interval:
             raise ValueError(
@@ -296,6 +364,32 @@ class Job:
             self._executor.update_interval(seconds)
         else:
             self._scheduler.interval_changed(self._slot)
+        events = self._scheduler.events
+        if ScheduleChanged in events.wanted:
+            events.emit(ScheduleChanged(self._name, self._describe()))
+
+    def reschedule(self, trigger: TriggerLike) -> None:
+        """Replace a wall-clock job's trigger; the next fire time is the new trigger's first
+        after now (and after the last fire time handled, so nothing runs twice).
+
+        Fire times of the new trigger that lie in the past are not missed runs: nothing is
+        caught up. A run in progress finishes; the next one follows the new trigger. A
+        finished job is scheduled again if the new trigger has fire times left.
+        ``every()`` jobs change with `update_interval` instead (their schedule lives on the
+        monotonic clock).
+
+        Raises:
+            TypeError: `trigger` is not a trigger, or the job is an ``every()`` job.
+        """
+        if self._wall is None:
+            raise TypeError(f"job {self._name!r} is an every() job: change it with "
+                            "update_interval(); reschedule() is for schedule() and cron() jobs")
+        from .wallclock import check_trigger
+
+        self._scheduler.rescheduled(self._slot, check_trigger(trigger))
+        events = self._scheduler.events
+        if ScheduleChanged in events.wanted:
+            events.emit(ScheduleChanged(self._name, self._describe()))
 
     # -- introspection ----------------------------------------------------------------------
 
@@ -304,8 +398,26 @@ class Job:
         return self._name
 
     @property
-    def interval(self) -> float:
-        return self._interval
+    def interval(self) -> float | None:
+        """Seconds between due times (``every()``), or None for a wall-clock job."""
+        return None if self._wall is not None else self._interval
+
+    @property
+    def trigger(self) -> TriggerLike | None:
+        """The trigger of a wall-clock job (``schedule()``, ``cron()``); None for ``every()``."""
+        wall = self._wall
+        return None if wall is None else wall.trigger
+
+    @property
+    def next_fire(self) -> datetime.datetime | None:
+        """The next fire time, aware, in the trigger's zone (UTC if it has none); None for an
+        ``every()`` job, and when no run is scheduled (paused, finished, cancelled, failed,
+        closed). Before the service starts, known only for a job given ``since``."""
+        wall = self._wall
+        if wall is None or wall.fire is None or self._state() not in (
+                "scheduled", "running", "pending"):
+            return None
+        return wall.fire.astimezone(wall.zone())
 
     @property
     def dedicated(self) -> bool:
@@ -321,6 +433,8 @@ class Job:
             return "cancelled"
         if self._stopped:
             return "failed"
+        if self._finished:
+            return "finished"
         executing = self._slot.executing
         scheduler = self._scheduler
         if scheduler.closing:
@@ -343,11 +457,13 @@ class Job:
             next_at = es.next_run_at if state in ("scheduled", "running") else None
         else:
             next_at = self._slot.due if state == "scheduled" else None
+        wall = self._wall
+        fire = self.next_fire
         return JobStatistics(
             name=self._name,
             state=state,
             dedicated=self._dedicated,
-            interval=self._interval,
+            interval=None if wall is not None else self._interval,
             runs=self._runs,
             errors=self._errors,
             consecutive_errors=self._consecutive_errors,
@@ -362,11 +478,27 @@ class Job:
             skipped=self._skipped,
             wake_requests=self._wake_requests,
             inline=self._slot.inline,
+            trigger=self._describe(),
+            next_fire=None if fire is None else fire.isoformat(),
+            next_fire_utc=None if fire is None else fire.astimezone(datetime.UTC).isoformat(),
+            last_fire=None if wall is None or wall.last_fire is None else
+            wall.last_fire.isoformat(),
+            missed_policy=None if wall is None else wall.missed,
+            missed=0 if wall is None else wall.missed_count,
+            missed_run=0 if wall is None else wall.missed_run,
+            last_missed_reason=None if wall is None else wall.last_reason,
+            skipped_paused=0 if wall is None else wall.paused_skipped,
         )
+
+    def _describe(self) -> str:
+        wall = self._wall
+        return f"every {self._interval:g}s" if wall is None else wall.trigger.describe()
 
     def __repr__(self) -> str:
         s = self.statistics()
-        parts = [f"<Job {self._name!r} {s.state} every {self._interval:g}s"]
+        parts = [f"<Job {self._name!r} {s.state} {s.trigger}"]
+        if s.next_fire is not None:
+            parts.append(f"next_fire={s.next_fire}")
         if s.next_run_in is not None:
             parts.append(f"next_run_in={s.next_run_in:.3g}s")
         parts.append(f"runs={s.runs}")
@@ -378,21 +510,28 @@ class Job:
 
     # -- running (by the scheduler or the job's executor: never concurrently) ---------------
 
-    def _run_once(self, start: float, due: float | None,
-                  monotonic: Callable[[], float]) -> tuple[bool, float]:
+    def _run_once(self, start: float, due: float | None, monotonic: Callable[[], float],
+                  run: RunInfo | None = None) -> tuple[bool, float]:
         """Run fn once, started at `start` for a run due at `due`; (failed, end time).
 
         The per-run bookkeeping of every kind of job, written once: lateness, the call,
         runs, duration, overruns (counted here, not when the next run is scheduled: the
         last run before a pause, cancel or shutdown, and a failed run, are overruns too),
-        and the service's counters.
+        the service's counters and the run's events. `run` is a wall-clock run's fire time;
+        an ``every()`` run's is built only if asked for (`executors.current_run`).
         """
         lateness = 0.0 if due is None else max(0.0, start - due)
         self._last_start = start
         self._last_lateness = lateness
         if lateness > self._max_lateness:
             self._max_lateness = lateness
-        failed = self._call()  # never raises: it catches, logs and counts
+        scheduler = self._scheduler
+        info: RunInfo | EveryRun = run if run is not None else EveryRun(
+            self._name, start if due is None else due, scheduler.clock)
+        events = scheduler.events
+        if events.wanted and RunStarted in events.wanted:
+            events.emit(RunStarted(self._name, _fire_time(info), lateness))
+        failed = self._call(info)  # never raises: it catches, logs and counts
         end = monotonic()
         self._runs += 1
         duration = end - start
@@ -400,16 +539,21 @@ class Job:
         if duration > self._interval:
             self._overruns += 1
         # The service's counters (lock-free, as statistics: read without a lock).
-        scheduler = self._scheduler
         scheduler.job_runs += 1
         if failed:
             scheduler.job_errors += 1
+        if events.wanted:
+            if failed and RunFailed in events.wanted:
+                events.emit(RunFailed(self._name, _fire_time(info), self._last_error or ""))
+            elif not failed and RunFinished in events.wanted:
+                events.emit(RunFinished(self._name, _fire_time(info), duration))
         return failed, end
 
-    def _call(self) -> bool:
-        """Run fn once in a fresh context; True if it raised (the exception is logged here)."""
+    def _call(self, run: RunInfo | EveryRun) -> bool:
+        """Run fn once in a fresh context that knows the run (`executors.current_run`); True if
+        it raised (the exception is logged here)."""
         try:
-            contextvars.Context().run(self._fn, *self._args)
+            contextvars.Context().run(enter_run, run, self._fn, self._args)
         except BaseException as exc:
             self._errors += 1
             self._consecutive_errors += 1
@@ -470,3 +614,7 @@ class Job:
         if executor is not None and self._on_error == "backoff":
             executor.update_interval(self._backoff_delay() if failed else self._interval)
         return not self._cancelled
+
+
+def _fire_time(run: RunInfo | EveryRun) -> datetime.datetime:
+    return run.fire_time if type(run) is RunInfo else run.info().fire_time  # type: ignore[union-attr]

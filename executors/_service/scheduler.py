@@ -7,6 +7,11 @@ ones itself. Everything else talks to it by a message in its queue, lock-free:
 - `Signal.NUDGE`: the heap changed, re-read the earliest deadline; `Signal.CLOSE`: stop.
 - `Wake(slot)` and `Cancel(slot)`: a job's `wake()` and `cancel()` (destructor-safe: a put).
 
+Wall-clock jobs (``schedule()``, ``cron()``) sit on the same heap, at the monotonic deadline of
+their next fire time; `executors._service.wallclock` computes those deadlines, watches the
+clocks for jumps at each wake-up and handles missed fire times. The loop pays for it only
+while such jobs exist (`wall_slots`).
+
 The queue stays bounded whatever the load: a job has at most one `Wake` queued (its slot's
 `wake_posted` flag) and one `Cancel` (a job is cancelled once), and nudges coalesce into one
 (`nudge_posted`). Messages are served on every iteration of the loop, and between runs made
@@ -30,11 +35,14 @@ from executors import _threads, registry
 from executors._clock import Clock, SystemClock
 from executors.periodic import ForkPolicy
 
+from . import wallclock
+from .events import Events, ScheduleRemoved
 from .job import JobSlot
 
 if TYPE_CHECKING:
     from .job import Job
     from .pool import Pool
+    from .wallclock import TriggerLike
 
 __all__ = ("Cancel", "Scheduler", "Signal", "Wake", "shutting_down")
 
@@ -88,6 +96,11 @@ class Scheduler:
         self.job_runs = 0
         self.job_errors = 0
         self.pool: Pool | None = None  # set by the service before start
+        self.events = Events(name, self.producers)
+        # Wall-clock jobs not cancelled or finished (under the lock): while there is one, the
+        # loop watches the clocks and sleeps at most wallclock.MAX_SLEEP.
+        self.wall_slots: set[JobSlot] = set()
+        self.watch = wallclock.ClockWatch(clock)
         # Called on the first control message after a fork (fork_policy="lazy").
         self.restart: Callable[[], None] = lambda: None
         self.reset()
@@ -105,10 +118,23 @@ class Scheduler:
         self.started = False
         self.closing = False
         self.needs_fork_restart = False
+        self.events.reset()
         for job in self.jobs.values():
             slot = job._slot
             slot.running = slot.executing = slot.wake_posted = False
             slot.due = None
+
+    def after_fork(self) -> bool:
+        """In a forked child: rebuild (never unlock) and apply the fork policy. True if the
+        service must start again at once (``"eager"``); ``"lazy"`` restarts on first use,
+        ``"stop"`` (and a service that was not running) stays closed."""
+        was_running = self.started and not self.closing
+        self.reset()
+        if not was_running or self.fork_policy == "stop":
+            self.closing = True
+        elif self.fork_policy == "lazy":
+            self.needs_fork_restart = True
+        return was_running and self.fork_policy == "eager"
 
     # -- messages (lock-free) ---------------------------------------------------------------
 
@@ -137,6 +163,12 @@ class Scheduler:
     def close(self) -> None:
         self.closing = True
         self.messages.put(Signal.CLOSE)
+        self.events.close()
+
+    def producers(self) -> list[threading.Thread]:
+        """The threads whose runs emit events (the dispatcher waits for them at close)."""
+        pool = self.pool
+        return [t for t in [self.thread, *(pool.threads if pool else ())] if t is not None]
 
     # -- schedule changes (from any thread) -------------------------------------------------
 
@@ -154,7 +186,18 @@ class Scheduler:
 
     def schedule_first(self, job: Job, now: float) -> None:
         """Schedule a new or starting job's first run, `delay` from `now`. Caller holds the lock."""
-        self.schedule(job._slot, now + job._delay, now)
+        if job._wall is None:
+            self.schedule(job._slot, now + job._delay, now)
+            return
+        slot = job._slot
+        due = wallclock.first_due(self, job, now)
+        if due is None:
+            wallclock.finished(self, slot)
+            return
+        if not self.wall_slots:
+            self.watch.reset(now)  # the first wall-clock job: the drifts start from here
+        self.wall_slots.add(slot)
+        self.schedule(slot, due, now, jitter=False)
 
     def unschedule(self, slot: JobSlot) -> None:
         """Drop the job's heap entry (a pause): the stale entry is skipped when it surfaces."""
@@ -162,16 +205,58 @@ class Scheduler:
             slot.token += 1
             slot.due = None
 
-    def resumed(self, slot: JobSlot) -> None:
-        """A paused job resumed: due at once if a run fell due meanwhile, else when due."""
+    def resumed(self, slot: JobSlot) -> int:
+        """A paused job resumed: due at once if a run fell due meanwhile, else when due (a
+        wall-clock job: at its next fire time after now). Returns the fire times skipped."""
         job = slot.job
+        skipped = 0
         with self.lock:
-            if not self.started or slot.running or job._cancelled or job._stopped:
+            if not self.started or slot.running or job._cancelled or job._stopped or \
+                    job._finished:
+                return 0
+            now = self.clock.monotonic()
+            if job._wall is not None:
+                nominal, skipped = wallclock.resume(self, slot, now)
+                if nominal is None:
+                    wallclock.finished(self, slot)
+                    return skipped
+                self.schedule(slot, nominal, now, jitter=False)
+            else:
+                nominal = now if slot.last_nominal is None else max(
+                    now, slot.last_nominal + job._interval)
+                self.schedule(slot, nominal, now)
+        self.nudge()
+        return skipped
+
+    def rescheduled(self, slot: JobSlot, trigger: TriggerLike) -> None:
+        """A wall-clock job's new trigger: its next fire time is the first after now and after
+        the last one handled (never earlier: nothing runs twice)."""
+        job = slot.job
+        state = job._wall
+        assert state is not None
+        with self.lock:
+            state.trigger = trigger
+            wall = self.clock.time()
+            state.floor = max(state.floor, wall)
+            handled = state.handled
+            base = wallclock.utc(wall) if handled is None or handled.timestamp() < wall \
+                else handled
+            state.unwatched = None
+            if slot.running:
+                return  # the run in progress computes its next fire time from the floor
+            state.set_fire(trigger.next_after(base))
+            if not self.started or self.closing or job._cancelled or job._stopped or \
+                    job._paused:
                 return
             now = self.clock.monotonic()
-            nominal = now if slot.last_nominal is None else max(
-                now, slot.last_nominal + job._interval)
-            self.schedule(slot, nominal, now)
+            if state.fire is None:
+                wallclock.finished(self, slot)
+                return
+            job._finished = False
+            if not self.wall_slots:
+                self.watch.reset(now)
+            self.wall_slots.add(slot)
+            self.schedule(slot, now + (state.fire_ts - wall), now, jitter=False)
         self.nudge()
 
     def interval_changed(self, slot: JobSlot) -> None:
@@ -205,6 +290,8 @@ class Scheduler:
         pool = self.pool
         assert pool is not None
         put_work = pool.put
+        wall_slots = self.wall_slots
+        watch = self.watch
         me = threading.current_thread()
         message: object = None
         while True:
@@ -220,6 +307,11 @@ class Scheduler:
             if self.closing or self.thread is not me:
                 return
             now = monotonic()
+            if wall_slots:
+                # Wall-clock schedules: a step or a suspend moves their deadlines.
+                change = watch.check(now)
+                if change is not None:
+                    wallclock.recompute(self, now, change)
             due_slots: list[JobSlot] = []
             inline_slots: list[JobSlot] = []
             with lock:
@@ -250,6 +342,8 @@ class Scheduler:
                             deadline += slack
                 else:
                     deadline = _INF
+                if wall_slots and deadline > now + wallclock.MAX_SLEEP:
+                    deadline = now + wallclock.MAX_SLEEP  # a clock jump is seen within this
                 self.sleep_until = deadline
             for slot in due_slots:
                 put_work(slot)
@@ -292,14 +386,18 @@ class Scheduler:
                 at = now if last is None else max(now, last + slot.job._min_interval)
                 if at < slot.due:
                     self.schedule(slot, at, now, jitter=False)  # a wake-up run has no jitter
+                    slot.wake_run = True
         elif type(message) is Cancel:
             slot = message.slot
             job = slot.job
             with self.lock:
                 slot.token += 1
                 slot.due = None
+                self.wall_slots.discard(slot)
                 if self.jobs.get(job._name) is job:
                     del self.jobs[job._name]
+            if ScheduleRemoved in self.events.wanted:
+                self.events.emit(ScheduleRemoved(job._name, "cancelled"))
         # Signal.CLOSE is read from `closing`; anything else is a stale clock tick.
 
     # -- runs -------------------------------------------------------------------------------
@@ -321,7 +419,11 @@ class Scheduler:
         monotonic = self.monotonic
         start = monotonic()
         due = slot.nominal if slot.nominal is not None else start
-        _, end = job._run_once(start, slot.due if slot.due is not None else due, monotonic)
+        wall_next: float | None = None
+        if job._wall is None:
+            _, end = job._run_once(start, slot.due if slot.due is not None else due, monotonic)
+        else:
+            end, wall_next = wallclock.run_due(self, slot)
         # Adaptive placement: a job whose pool run was shorter than inline_below runs on the
         # scheduler thread from then on (one thread wake-up per run instead of two); one that
         # is slow there goes back to the pool for good, so a job can stall the scheduler at
@@ -341,13 +443,19 @@ class Scheduler:
             # ends (time stands still meanwhile, so nothing else can fall due but at once).
             nudge = self.lockstep and not self.in_flight and not inline
             slot.last_nominal = due
-            if not (job._cancelled or job._paused or job._stopped or self.closing):
-                self.schedule(slot, job._next_nominal(due, start, end), end)
+            if job._wall is not None and (wall_next is None or job._stopped):
+                wallclock.finished(self, slot)
+            elif not (job._cancelled or job._paused or job._stopped or self.closing):
+                if wall_next is None:
+                    self.schedule(slot, job._next_nominal(due, start, end), end)
+                else:
+                    self.schedule(slot, wall_next, end, jitter=False)
                 if slot.wake_requested:
                     slot.wake_requested = False
                     at = max(end, start + job._min_interval)
                     if at < slot.due:  # type: ignore[operator]
                         self.schedule(slot, at, end, jitter=False)
+                        slot.wake_run = True
                 due_at: float = slot.due  # type: ignore[assignment]
                 if not inline:  # the scheduler itself re-reads the heap after an inline run
                     nudge = nudge or due_at < self.sleep_until or (

@@ -1,0 +1,441 @@
+"""Wall-clock schedules on a monotonic scheduler: fire times, clock jumps, missed runs.
+
+Two clocks, never mixed. A schedule's fire times are aware UTC instants from its trigger
+(`executors.triggers`); the scheduler keeps sleeping on the monotonic clock, on the deadline
+``now_mono + (fire - now_wall)`` read at one moment. Then:
+
+- **Clock jumps and suspends.** On each wake-up, while wall-clock schedules exist, the
+  scheduler compares ``time() - monotonic()`` and ``boottime() - monotonic()`` with their
+  values at the previous wake-up (`ClockWatch`). A change of the first by more than
+  `DRIFT_THRESHOLD` (1 s) is a step of the wall clock (NTP, an administrator) or, if the second
+  moved too, a suspend (Linux's monotonic clock stops while the machine sleeps; boot time does
+  not). Every pending deadline is then recomputed, and fire times the jump or the suspend
+  passed over are *missed* (reason ``"clock_jump"`` or ``"suspended"``). Slower drift (NTP
+  slewing, at most 500 ppm) is not a jump: a deadline reached early by it is slept again
+  until the wall clock reaches the fire time, so nothing runs before its time by more than
+  `EARLY` (1 ms).
+- **Bound.** While wall-clock schedules exist the scheduler never sleeps longer than
+  `MAX_SLEEP` (60 s), so a jump is seen within 60 s (a suspend: within 60 s after the resume).
+  With none, it sleeps as before: an idle service costs no wake-up.
+- **Missed runs**, one definition: a fire time is missed when it passed while the service was
+  not watching it (before the schedule was added, after its ``since``; during a suspend;
+  skipped over by a forward step of the clock), or when by the time the scheduler handles it
+  the next fire time is also due (a whole period behind: a run overran, or the pool was busy),
+  or when ``grace`` is set and it is later than that. The scheduler handles every fire time
+  due at a wake-up as one group, and the ``missed`` policy decides what runs: ``"latest"``
+  runs the latest of the group once, ``"all"`` runs each (the latest `max_missed` missed
+  ones), ``"skip"`` runs none of the missed ones (the latest, when it is not missed itself,
+  runs). ``grace`` filters what may run. Each group with a miss is counted in the job's
+  statistics, logged at WARNING and announced as one `RunMissed` event: never a silent drop.
+- **No double run.** A schedule's next fire time is always computed from the last fire time
+  it handled (``next_after(last)``, which is strictly later), never from a wall time read
+  after a step back: an NTP step back of an hour runs nothing twice.
+- **Counting has a bound:** a group is walked fire time by fire time up to `WALK_BOUND`
+  (10,000) fire times; past that its count is a lower bound (``RunMissed.truncated``) and the
+  schedule resumes at the first fire time after now.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import logging
+import math
+from typing import TYPE_CHECKING, Literal, Protocol, final
+
+from executors import _validate
+
+from .events import ClockChanged, RunMissed, ScheduleRemoved
+from .run_info import RunInfo
+
+if TYPE_CHECKING:
+    import zoneinfo
+
+    from executors._clock import Clock
+
+    from .job import Job, JobSlot
+    from .scheduler import Scheduler
+
+__all__ = (
+    "DRIFT_THRESHOLD",
+    "EARLY",
+    "MAX_SLEEP",
+    "WALK_BOUND",
+    "ClockWatch",
+    "Missed",
+    "TriggerLike",
+    "WallOnError",
+    "WallState",
+    "check_trigger",
+    "finished",
+    "first_due",
+    "recompute",
+    "resume",
+    "run_due",
+    "utc",
+    "wall_state",
+)
+
+logger = logging.getLogger("executors.service")
+
+UTC = datetime.UTC
+
+#: A change of ``time() - monotonic()`` between two wake-ups larger than this (seconds) is a
+#: clock step or a suspend.
+DRIFT_THRESHOLD = 1.0
+#: The longest the scheduler sleeps while wall-clock schedules exist (seconds): the bound on
+#: how long a clock jump can go unseen.
+MAX_SLEEP = 60.0
+#: A fire time counts as reached when the wall clock is at most this close before it (seconds).
+EARLY = 0.001
+#: The most fire times one handling walks (and counts exactly).
+WALK_BOUND = 10_000
+
+Missed = Literal["latest", "all", "skip"]
+WallOnError = Literal["continue", "stop"]
+
+
+class TriggerLike(Protocol):
+    """What the service needs of a trigger (`executors.triggers.Trigger`)."""
+
+    tz: zoneinfo.ZoneInfo | None
+
+    def next_after(self, instant: datetime.datetime) -> datetime.datetime | None: ...
+
+    def describe(self) -> str: ...
+
+    def to_data(self) -> dict[str, object]: ...
+
+
+def check_trigger(trigger: object) -> TriggerLike:
+    """`trigger` if it is a trigger; TypeError naming `trigger` otherwise."""
+    if not (all(callable(getattr(trigger, a, None)) for a in ("next_after", "describe",
+                                                               "to_data"))
+            and hasattr(trigger, "tz")) or isinstance(trigger, type):
+        raise TypeError("trigger must be a trigger (executors.Cron, Date, CalendarInterval, "
+                        "Interval, AnyOf, AllOf: next_after(), describe(), to_data() and tz), "
+                        f"got {type(trigger).__name__}")
+    return trigger  # type: ignore[return-value]
+
+
+@final
+class WallState:
+    """A wall-clock job's schedule: its trigger and policy (set by the service) and where it
+    stands (written by the scheduler, under its lock, or by the job's run in progress)."""
+
+    __slots__ = ("fire", "fire_ts", "floor", "grace", "handled", "last_fire", "last_reason",
+                 "max_missed", "missed", "missed_count", "missed_run", "paused_skipped",
+                 "since", "trigger", "unwatched")
+
+    def __init__(self, trigger: TriggerLike, missed: Missed, max_missed: int,
+                 grace: float | None, since: datetime.datetime | None) -> None:
+        self.trigger = trigger
+        self.missed: Missed = missed
+        self.max_missed = max_missed
+        self.grace = grace
+        self.since = since
+        self.fire: datetime.datetime | None = None  # the next fire time to handle
+        self.fire_ts = math.inf
+        self.handled: datetime.datetime | None = None  # the latest fire time handled
+        self.floor = -math.inf  # fire times at or before this (epoch s) never run (reschedule)
+        # (reason, wall time): fire times up to that wall time passed unwatched.
+        self.unwatched: tuple[str, float] | None = None
+        self.last_fire: datetime.datetime | None = None  # the fire time of the latest run
+        self.missed_count = 0
+        self.missed_run = 0
+        self.paused_skipped = 0
+        self.last_reason: str | None = None
+
+    def set_fire(self, fire: datetime.datetime | None) -> None:
+        self.fire = fire
+        self.fire_ts = math.inf if fire is None else fire.timestamp()
+
+    def zone(self) -> datetime.tzinfo:
+        tz = self.trigger.tz
+        return UTC if tz is None else tz
+
+
+def wall_state(trigger: object, missed: object, max_missed: object, grace: object,
+               since: object) -> WallState:
+    """A new job's `WallState` from `schedule()`'s arguments, each checked and named."""
+    checked = check_trigger(trigger)
+    if missed not in ("latest", "all", "skip"):
+        raise ValueError(f"missed must be 'latest', 'all' or 'skip', got {missed!r}")
+    count = _validate.count(max_missed, "max_missed")
+    seconds = None if grace is None else _validate.seconds(grace, "grace", allow_zero=False)
+    if since is not None:
+        if not isinstance(since, datetime.datetime):
+            raise TypeError(f"since must be an aware datetime or None, got "
+                            f"{type(since).__name__}")
+        if since.utcoffset() is None:
+            raise ValueError(f"since must be an aware datetime (with a tzinfo), got {since!r}")
+    return WallState(checked, missed, count, seconds, since)
+
+
+def utc(ts: float) -> datetime.datetime:
+    """The aware UTC datetime of epoch seconds `ts`."""
+    return datetime.datetime.fromtimestamp(ts, UTC)
+
+
+@final
+class ClockWatch:
+    """Sees wall-clock steps and suspends by comparing three clocks at each wake-up."""
+
+    __slots__ = ("_boot_drift", "_clock", "_wall_drift")
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._wall_drift = 0.0
+        self._boot_drift = 0.0
+
+    def reset(self, mono: float) -> None:
+        """Take the current drifts as the baseline (when the first wall-clock job arrives)."""
+        self._wall_drift = self._clock.time() - mono
+        self._boot_drift = self._clock.boottime() - mono
+
+    def check(self, mono: float) -> tuple[str, float, float] | None:
+        """(kind, seconds, wall time) if the wall clock moved apart since the last check."""
+        wall = self._clock.time()
+        wall_drift = wall - mono
+        boot_drift = self._clock.boottime() - mono
+        moved = wall_drift - self._wall_drift
+        slept = boot_drift - self._boot_drift
+        self._wall_drift = wall_drift
+        self._boot_drift = boot_drift
+        if abs(moved) <= DRIFT_THRESHOLD:
+            return None
+        return ("suspend" if slept > DRIFT_THRESHOLD else "step"), moved, wall
+
+
+def first_due(sched: Scheduler, job: Job, mono: float) -> float | None:
+    """The monotonic deadline of a starting job's pending fire time (None: none is left).
+
+    The first fire time is the trigger's first after ``since`` (fire times from then to now
+    passed unwatched: missed, reason ``"stopped"``), else after now. Caller holds the lock.
+    """
+    state = job._wall
+    assert state is not None
+    wall = sched.clock.time()
+    if state.fire is None and state.handled is None:
+        since = state.since
+        try:
+            fire = state.trigger.next_after(utc(wall) if since is None else since)
+        except Exception as exc:
+            _trigger_failed(job, exc, mono)
+            return None
+        state.set_fire(fire)
+        if since is not None and fire is not None and state.fire_ts <= wall:
+            state.unwatched = ("stopped", wall)
+    if state.fire is None:
+        return None
+    return mono + (state.fire_ts - wall)
+
+
+def recompute(sched: Scheduler, mono: float, change: tuple[str, float, float]) -> None:
+    """A jump was seen: log and announce it, mark the fire times it passed, recompute every
+    pending wall-clock deadline."""
+    kind, seconds, wall = change
+    logger.warning("%s: the wall clock moved %+.3f s against the monotonic clock (%s); "
+                   "wall-clock schedules recomputed", sched.name, seconds, kind)
+    reason = "suspended" if kind == "suspend" else "clock_jump"
+    with sched.lock:
+        for slot in list(sched.wall_slots):
+            state = slot.job._wall
+            if state is None or state.fire is None:
+                continue
+            if seconds > 0 and state.fire_ts <= wall and state.unwatched is None:
+                state.unwatched = (reason, wall)
+            if slot.due is not None and not slot.running:
+                sched.schedule(slot, mono + (state.fire_ts - wall), mono, jitter=False)
+    if ClockChanged in sched.events.wanted:
+        sched.events.emit(ClockChanged(kind, seconds))
+
+
+def resume(sched: Scheduler, slot: JobSlot, mono: float) -> tuple[float | None, int]:
+    """A paused wall-clock job resumes: fire times that passed while it was paused are skipped
+    by intent (counted, not run, no missed policy). (its deadline or None, skipped count).
+    Caller holds the lock."""
+    state = slot.job._wall
+    assert state is not None
+    wall = sched.clock.time()
+    skipped = 0
+    fire = state.fire
+    while fire is not None and state.fire_ts <= wall:
+        skipped += 1
+        state.handled = fire
+        if skipped >= WALK_BOUND:
+            fire = state.trigger.next_after(utc(wall))
+        else:
+            fire = state.trigger.next_after(fire)
+        state.set_fire(fire)
+    state.paused_skipped += skipped
+    state.unwatched = None
+    if fire is None:
+        return None, skipped
+    return mono + (state.fire_ts - wall), skipped
+
+
+def _walk(state: WallState, wall: float
+          ) -> tuple[list[datetime.datetime], int, datetime.datetime | None,
+                     datetime.datetime | None, bool]:
+    """The group of fire times due at `wall`, from the pending one.
+
+    Returns (the ones the policy may run: the latest ``max_missed + 1``, oldest first; how
+    many are due; the one before the latest; the next fire time after the group; truncated).
+    """
+    trigger = state.trigger
+    fire = state.fire
+    assert fire is not None
+    keep = state.max_missed + 1 if state.missed == "all" else 1
+    kept: collections.deque[datetime.datetime] = collections.deque(maxlen=keep)
+    count = 0
+    prev: datetime.datetime | None = None
+    truncated = False
+    while True:
+        count += 1
+        kept.append(fire)
+        nxt = trigger.next_after(fire)
+        if nxt is None or nxt.timestamp() > wall:
+            break
+        if count >= WALK_BOUND:
+            truncated = True
+            # Too many to walk: find the latest due fire time from a window before now
+            # twice as wide as the walked gaps, then go on after it.
+            gap = max((fire.timestamp() - state.fire_ts) / max(count - 1, 1), 1e-3)
+            walked_last = fire
+            kept.clear()
+            nxt = trigger.next_after(utc(wall - 2 * gap))
+            for _ in range(WALK_BOUND):
+                if nxt is None or nxt.timestamp() > wall:
+                    break
+                prev, fire = fire, nxt
+                kept.append(fire)
+                nxt = trigger.next_after(fire)
+            else:
+                nxt = trigger.next_after(utc(wall))
+            if not kept:
+                kept.append(walked_last)
+            break
+        prev, fire = fire, nxt
+    return list(kept), count, prev, nxt, truncated
+
+
+def run_due(sched: Scheduler, slot: JobSlot) -> tuple[float, float | None]:
+    """Handle a wall-clock job whose deadline came: (end, the next deadline or None: finished).
+
+    Runs on the pool or the scheduler thread, like any run of a shared job (never two at
+    once for one job). Trigger errors stop the job (state ``"failed"``), logged and counted.
+    """
+    job = slot.job
+    state = job._wall
+    assert state is not None
+    clock = sched.clock
+    monotonic = sched.monotonic
+    wall = clock.time()
+    mono = monotonic()
+    if state.fire is None:
+        return mono, None
+    if wall < state.fire_ts - EARLY:
+        # Woken before the fire time: a wake() (run once, now, out of schedule), a step back
+        # of the wall clock, or slewing. The pending fire time stays.
+        if slot.wake_run:
+            slot.wake_run = False
+            _, mono = job._run_once(mono, mono, monotonic, RunInfo(job._name, utc(wall), 1))
+            wall = clock.time()
+        return mono, mono + (state.fire_ts - wall)
+    slot.wake_run = False
+    walked = state.trigger
+    try:
+        runs, count, prev, nxt, truncated = _walk(state, wall)
+    except Exception as exc:
+        return _trigger_failed(job, exc, mono)
+    first = state.fire
+    assert first is not None
+    last = runs[-1]
+    last_ts = last.timestamp()
+    unwatched = state.unwatched
+    state.unwatched = None
+    grace = state.grace
+    late = grace is not None and wall - last_ts > grace
+    latest_missed = late or (unwatched is not None and last_ts <= unwatched[1])
+    missed = count - 1 + latest_missed
+    policy = state.missed
+    if policy == "skip":
+        runs = [] if latest_missed else [last]
+    elif policy == "latest" or not latest_missed:
+        runs = runs if policy == "all" else [last]
+    else:
+        runs = runs[-state.max_missed:]
+    if grace is not None:
+        runs = [f for f in runs if wall - f.timestamp() <= grace]
+    if missed:
+        ran = len(runs) - (0 if latest_missed or not runs or runs[-1] is not last else 1)
+        if unwatched is not None and state.fire_ts <= unwatched[1]:
+            reason = unwatched[0]
+        else:
+            reason = "grace" if late else "behind"
+        _count_missed(sched, job, state, missed, ran, first,
+                      last if latest_missed else (prev or last), reason, truncated)
+    state.handled = last
+    for fire in runs:
+        start = monotonic()
+        due = start - (clock.time() - fire.timestamp())
+        state.last_fire = fire
+        job._run_once(start, due, monotonic, RunInfo(job._name, fire, 1))
+        if job._stopped or job._cancelled or job._paused or sched.closing:
+            break
+    try:
+        if state.trigger is not walked or state.floor > last_ts:
+            # Rescheduled meanwhile: from the later of the last fire handled and the change.
+            nxt = state.trigger.next_after(last if state.floor <= last_ts else utc(state.floor))
+        if nxt is not None and nxt.timestamp() <= last_ts:
+            raise ValueError(f"the trigger's next_after({last.isoformat()}) returned "
+                             f"{nxt.isoformat()}, not a later instant")
+    except Exception as exc:
+        return _trigger_failed(job, exc, monotonic())
+    state.set_fire(nxt)
+    end = monotonic()
+    wall_end = clock.time()
+    if nxt is None:
+        return end, None
+    if runs and state.fire_ts < wall_end:
+        job._overruns += 1  # the run ended after the next fire time
+    return end, end + (state.fire_ts - wall_end)
+
+
+def _count_missed(sched: Scheduler, job: Job, state: WallState, missed: int, ran: int,
+                  first: datetime.datetime, last: datetime.datetime, reason: str,
+                  truncated: bool) -> None:
+    state.missed_count += missed
+    state.missed_run += ran
+    state.last_reason = reason
+    logger.warning("job %r missed %s%d fire time(s) from %s to %s (%s); missed=%r ran %d of them",
+                   job._name, "at least " if truncated else "", missed, first.isoformat(),
+                   last.isoformat(), reason, state.missed, ran)
+    events = sched.events
+    if RunMissed in events.wanted:
+        events.emit(RunMissed(job._name, missed, ran, first, last, reason, state.missed,
+                              truncated))
+
+
+def _trigger_failed(job: Job, exc: Exception, mono: float) -> tuple[float, None]:
+    """A trigger raised (or went backwards): stop the job, as ``on_error="stop"`` would."""
+    job._errors += 1
+    job._stopped = True
+    job._last_error = f"{type(exc).__name__}: {exc}"
+    logger.error("job %r: its trigger failed; stopping it", job._name, exc_info=exc)
+    return mono, None
+
+
+def finished(sched: Scheduler, slot: JobSlot) -> None:
+    """The trigger has no fire time left: the job ends (state "finished"). Caller holds the
+    lock."""
+    job = slot.job
+    slot.token += 1
+    slot.due = None
+    sched.wall_slots.discard(slot)
+    if job._stopped:
+        return
+    job._finished = True
+    if ScheduleRemoved in sched.events.wanted:
+        sched.events.emit(ScheduleRemoved(job._name, "finished"))
