@@ -81,8 +81,9 @@ class MongoScheduleStore:
             stored = meta.find_one({"_id": "format"})
         except PyMongoError as exc:
             self._client.close()
+            reason = " ".join(str(exc).split())
             raise ConnectionError(f"cannot reach the schedule store {self.display_url}: "
-                                  f"{exc}") from None
+                                  f"{reason}") from None
         version = int((stored or {}).get("value", FORMAT_VERSION))
         if version > FORMAT_VERSION:
             self._client.close()

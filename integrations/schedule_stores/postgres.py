@@ -118,8 +118,9 @@ class PostgresScheduleStore:
                 row = cur.fetchone()
         except psycopg.OperationalError as exc:
             self.close()
+            reason = " ".join(str(exc).split())  # libpq's message spans lines
             raise ConnectionError(f"cannot reach the schedule store {self.display_url}: "
-                                  f"{str(exc).strip()}") from None
+                                  f"{reason}") from None
         version = int(row[0]) if row else FORMAT_VERSION
         if version > FORMAT_VERSION:
             self.close()
