@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -24,3 +25,30 @@ def test_benchmark_runs_in_quick_mode(area: str) -> None:
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "| metric |" in proc.stdout
     assert "executors" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_scheduler_benchmark_measures_both_schedulers_and_every_walk(tmp_path: Path) -> None:
+    """The scheduler area in quick mode: every service metric has a value for ours and for
+    APScheduler, runs happened, and the next-fire walks time ours, APScheduler and cronsim
+    (aware and naive), with the fire times each found in the metric's note."""
+    out = tmp_path / "scheduler.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.scheduler", "--quick", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=280, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    metrics = {m["name"]: m for m in json.loads(out.read_text())["metrics"]}
+    service = [m for name, m in metrics.items() if "fire times" not in name]
+    walks = [m for name, m in metrics.items() if "fire times" in name]
+    assert len(service) == 9 and len(walks) == 2, sorted(metrics)
+    for metric in service:
+        assert set(metric["medians"]) == {"executors", "APScheduler"}, metric["name"]
+        if metric["name"].startswith("runs done"):
+            assert all(v > 0 for v in metric["medians"].values()), metric
+    for metric in walks:
+        assert set(metric["medians"]) == {"executors", "APScheduler", "cronsim",
+                                          "cronsim (naive)"}
+        assert metric["floor"] == "cronsim (naive)"
+        assert "executors " in metric["note"] and "cronsim " in metric["note"], metric["note"]

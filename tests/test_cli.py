@@ -396,9 +396,11 @@ def test_demo_runs_against_the_embedded_server_with_no_leaks() -> None:
     assert re.search(r"median [\d.]+ ms, 99th percentile [\d.]+ ms", " ".join(out.split()))
     wakeups = _number(r"ran [\d,]+ times and woke ([\d,]+) times", out)
     assert wakeups > 0
-    # The service's jobs (the snapshot and the owner-weakref server monitor) ran; the monitor's
-    # job was cancelled when its owner went (otherwise the report lists an error).
-    assert _number(r"background service: (\d+) periodic job", out) == 2
+    # The service's jobs (the snapshot, the owner-weakref server monitor and a cron job) ran;
+    # the monitor's job was cancelled when its owner went (otherwise the report lists an error).
+    assert _number(r"background service: (\d+) periodic job", out) == 3
+    # The live view shows the cron job with its next fire time.
+    assert re.search(r"cron \*/5 \* \* \* \* \* UTC: \d+ runs, next \d\d:\d\d:\d\d UTC", out)
     assert _number(r"pinged the server (\d+) time", out) > 0
     assert _number(r"shutdown: (\d+) ms", out) < 15_000
     assert "errors:" not in out, out
@@ -466,7 +468,7 @@ def test_demo_draws_a_live_view_on_a_terminal_and_plain_lines_otherwise() -> Non
             os.close(follower)
     assert proc.returncode == 0, tty[-3000:] + err.decode()[-3000:]
     assert "\x1b[2Kexecutors demo [" in tty, tty[-3000:]
-    assert "\x1b[5F" in tty, "the live view is not redrawn in place"
+    assert "\x1b[6F" in tty, "the live view is not redrawn in place"
     assert _number(r"leaks: (\d+)", tty) == 0
 
     piped = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=110,

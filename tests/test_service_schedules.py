@@ -11,10 +11,12 @@ import contextvars
 import datetime
 import json
 import math
+import os
 import threading
 from collections.abc import Callable, Iterator
 
 import pytest
+from helpers.forking import in_forked_child
 
 from executors import (
     BackgroundService,
@@ -227,6 +229,38 @@ def test_grace_keeps_late_fire_times_from_running(svc: BackgroundService,
     assert all_runs.fires == [at(12), at(13)] and latest_runs.fires == [at(13)]
 
 
+@pytest.mark.parametrize(("grace", "reason", "missed", "ran"), [
+    (None, "behind", 1, [at(15)]),
+    (1800, "grace", 2, []),
+])
+def test_a_run_that_overruns_a_whole_period_misses_the_fire_times_behind_it(
+        svc: BackgroundService, clock: VirtualClock, grace: float | None, reason: str,
+        missed: int, ran: list[datetime.datetime]) -> None:
+    """The 13:00 run lasts until 15:40: 14:00 is missed ("behind": 15:00 is due too) and only
+    the latest, 15:00, runs (missed="latest"); the overrun is counted. With grace=1800, 15:00
+    is itself 40 minutes late: missed too ("grace"), and nothing runs."""
+    release, started = threading.Event(), threading.Event()
+    runs = Runs(clock)
+
+    def slow() -> None:
+        runs()
+        if len(runs.fires) == 1:
+            started.set()
+            release.wait(10)
+
+    job = svc.schedule(Cron(HOURLY, tz="UTC"), slow, grace=grace)
+    start(svc, clock)
+    clock.advance(1800, settle=False)
+    assert started.wait(5)
+    clock.advance(9600, settle=False)  # no sleeper: time moves while the run blocks
+    release.set()
+    wait_until(lambda: job.statistics().missed == missed and clock.sleepers == 1, 5)
+    assert runs.fires == [at(13), *ran]
+    stats = job.statistics()
+    assert (stats.missed_run, stats.last_missed_reason, stats.overruns) == (0, reason, 1)
+    assert job.next_fire == at(16)
+
+
 # -- clock jumps and suspend -----------------------------------------------------------------
 
 
@@ -399,6 +433,49 @@ def test_a_trigger_that_ends_finishes_the_job(svc: BackgroundService,
     wait(2)
     assert seen == [ScheduleRemoved("past", "finished"), ScheduleRemoved("once", "finished")]
     assert svc.status().healthy
+
+
+class Flaky:
+    """A trigger of our own (the protocol only): hourly, then it fails as told."""
+
+    tz = None
+
+    def __init__(self, failure: str) -> None:
+        self.failure = failure
+        self.calls = 0
+
+    def next_after(self, instant: datetime.datetime) -> datetime.datetime | None:
+        self.calls += 1
+        if self.calls > 2 and self.failure == "raise":
+            raise RuntimeError("trigger bug")
+        if self.calls > 2 and self.failure == "backwards":
+            return instant
+        return instant.replace(minute=0, second=0, microsecond=0) + datetime.timedelta(hours=1)
+
+    def describe(self) -> str:
+        return f"flaky ({self.failure})"
+
+    def to_data(self) -> dict[str, object]:
+        return {"type": "flaky"}
+
+
+@pytest.mark.parametrize("failure", ["raise", "backwards"])
+def test_a_failing_trigger_stops_its_job(svc: BackgroundService, clock: VirtualClock,
+                                         failure: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A trigger that raises, or returns an instant not after its argument (a loop in the
+    making), stops its job: state "failed", the error counted and logged; the service and its
+    other jobs go on."""
+    runs, others = Runs(clock), Runs(clock)
+    job = svc.schedule(Flaky(failure), runs, name="flaky")  # type: ignore[arg-type]
+    svc.cron(HOURLY, others, tz="UTC")
+    start(svc, clock)
+    clock.advance(5400)
+    stats = job.statistics()
+    assert (stats.state, stats.errors, runs.fires) == ("failed", 1, [at(13)])
+    assert stats.last_error is not None and stats.next_fire is None
+    assert "its trigger failed" in caplog.text
+    assert others.fires == [at(13), at(14)]
+    assert not svc.status().healthy
 
 
 def test_wake_runs_a_cron_job_now_and_keeps_its_fire_time(svc: BackgroundService,
@@ -586,6 +663,37 @@ def test_shutdown_delivers_the_events_of_the_last_runs(clock: VirtualClock) -> N
     assert [type(e) for e in seen] == [ScheduleAdded, RunStarted, RunFinished]
     assert svc._scheduler.events.thread is not None
     assert not svc._scheduler.events.thread.is_alive()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("policy", ["eager", "stop"])
+def test_fork_keeps_the_pending_fire_time_and_the_subscribers(
+        services: list[BackgroundService], policy: str) -> None:
+    """In a forked child a running service's wall-clock job keeps its pending fire time and
+    its subscribers ("eager": events flow again on a new dispatcher); a child that stays
+    closed ("stop") starts no dispatcher thread for the events it emits."""
+    svc = BackgroundService("fork", fork_policy=policy)  # type: ignore[arg-type]
+    services.append(svc)
+    seen: list[ServiceEvent] = []
+    svc.subscribe(seen.append)
+    job = svc.cron("0 0 1 1 *", lambda: None, tz="UTC", name="yearly")
+    svc.start()
+    wait_until(lambda: len(seen) == 1, 5)
+    fire = job.next_fire
+
+    def in_child() -> str:
+        job.pause()
+        job.resume()
+        if policy == "eager":
+            wait_until(lambda: len(seen) == 3, 5)
+        dispatcher = svc._scheduler.events.thread
+        alive = dispatcher is not None and dispatcher.is_alive()
+        return f"{job.next_fire == fire} {[type(e).__name__ for e in seen[1:]]} {alive}"
+
+    expected = ("True ['SchedulePaused', 'ScheduleResumed'] True" if policy == "eager"
+                else "False [] False")
+    assert in_forked_child(in_child) == expected
+    assert job.next_fire == fire and len(seen) == 1  # the parent is unaffected
 
 
 # -- bad input -------------------------------------------------------------------------------

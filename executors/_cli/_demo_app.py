@@ -311,6 +311,9 @@ class _Demo:
                 self.slots_waiting = portal.call(slots_waiting)
 
             service.every(0.5, snapshot, name="snapshot")
+            # A wall-clock schedule beside the periodic ones: every 5 s of UTC, on the second.
+            self.cron_runs = 0
+            self.cron = service.cron("*/5 * * * * *", self._cron_tick, tz="UTC", name="tick")
             cleanup.pop_all()  # from here on, the shutdown below closes everything, in order
 
         interrupted = False
@@ -389,6 +392,9 @@ class _Demo:
             errors=tuple(counters.errors),
         )
 
+    def _cron_tick(self) -> None:
+        self.cron_runs += 1
+
     async def _async_client(self) -> pymongo.AsyncMongoClient[dict[str, Any]]:
         # Created on the portal's loop: the async client's tasks live there.
         return pymongo.AsyncMongoClient(self.uri)
@@ -423,6 +429,8 @@ class _Demo:
             requests, abandoned, queued = c.requests, len(c.abandoned), c.queued
             p99 = _percentile(c.waits_ms[-2000:], 0.99)
         killed = len(self.listener.killed)
+        cron, fire = self.cron.statistics().trigger, self.cron.next_fire
+        nxt = "none" if fire is None else f"{fire:%H:%M:%S %Z}"
         return [
             f"executors demo [{'#' * filled}{'-' * (width - filled)}] {elapsed:4.1f}/{total:.0f} s",
             (f"  requests {requests:,} ({requests / max(elapsed, 1e-9):,.0f}/s), consumed "
@@ -431,6 +439,7 @@ class _Demo:
             (f"  db slots {self.config.db_slots}: {self.slots_waiting} waiting now, {queued:,} "
              f"queued so far, wait p99 {p99:.2f} ms"),
             f"  monitor {monitor.checks} checks, rtt {monitor.rtt_ms:.1f} ms",
+            f"  cron {cron}: {self.cron_runs} runs, next {nxt}",
         ]
 
     def _leaked_threads(self, before: set[int | None]) -> tuple[str, ...]:

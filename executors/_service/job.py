@@ -15,7 +15,7 @@ import datetime
 import logging
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal, final
+from typing import TYPE_CHECKING, Any, Literal, final
 
 from executors import _validate
 from executors.periodic import PeriodicExecutor
@@ -28,7 +28,7 @@ from .events import (
     SchedulePaused,
     ScheduleResumed,
 )
-from .run_info import EveryRun, RunInfo, enter_run
+from .run_info import EveryRun, RunInfo, enter_run, resolve
 
 if TYPE_CHECKING:
     from .scheduler import Scheduler
@@ -526,11 +526,12 @@ class Job:
         if lateness > self._max_lateness:
             self._max_lateness = lateness
         scheduler = self._scheduler
-        info: RunInfo | EveryRun = run if run is not None else EveryRun(
-            self._name, start if due is None else due, scheduler.clock)
-        events = scheduler.events
-        if events.wanted and RunStarted in events.wanted:
-            events.emit(RunStarted(self._name, _fire_time(info), lateness))
+        info: RunInfo | EveryRun[Any] = run if run is not None else [
+            self._name, start if due is None else due, scheduler.clock, None]
+        # A subscriber gets a run's events if it was subscribed when the run started.
+        wanted = scheduler.events.wanted
+        if wanted and RunStarted in wanted:
+            scheduler.events.emit(RunStarted(self._name, _fire_time(info), lateness))
         failed = self._call(info)  # never raises: it catches, logs and counts
         end = monotonic()
         self._runs += 1
@@ -542,14 +543,15 @@ class Job:
         scheduler.job_runs += 1
         if failed:
             scheduler.job_errors += 1
-        if events.wanted:
-            if failed and RunFailed in events.wanted:
-                events.emit(RunFailed(self._name, _fire_time(info), self._last_error or ""))
-            elif not failed and RunFinished in events.wanted:
-                events.emit(RunFinished(self._name, _fire_time(info), duration))
+        if wanted:
+            if failed and RunFailed in wanted:
+                scheduler.events.emit(RunFailed(self._name, _fire_time(info),
+                                                self._last_error or ""))
+            elif not failed and RunFinished in wanted:
+                scheduler.events.emit(RunFinished(self._name, _fire_time(info), duration))
         return failed, end
 
-    def _call(self, run: RunInfo | EveryRun) -> bool:
+    def _call(self, run: RunInfo | EveryRun[Any]) -> bool:
         """Run fn once in a fresh context that knows the run (`executors.current_run`); True if
         it raised (the exception is logged here)."""
         try:
@@ -616,5 +618,5 @@ class Job:
         return not self._cancelled
 
 
-def _fire_time(run: RunInfo | EveryRun) -> datetime.datetime:
-    return run.fire_time if type(run) is RunInfo else run.info().fire_time  # type: ignore[union-attr]
+def _fire_time(run: RunInfo | EveryRun[Any]) -> datetime.datetime:
+    return resolve(run).fire_time

@@ -6,7 +6,7 @@ variable is set before the job's function is called, so `current_run()` answers 
 ``contextvars.copy_context().run``) and returns None everywhere else.
 
 An `every()` job's run gets its `RunInfo` built lazily, on the first `current_run()` call: the
-hot path of a periodic job pays for one small object per run, not for a datetime.
+hot path of a periodic job pays for one small list per run, not for a datetime.
 """
 
 from __future__ import annotations
@@ -15,12 +15,9 @@ import contextvars
 import dataclasses
 import datetime
 from collections.abc import Callable
-from typing import TYPE_CHECKING, final
+from typing import Any
 
-if TYPE_CHECKING:
-    from executors._clock import Clock
-
-__all__ = ("RunInfo", "current_run", "enter_run", "EveryRun")
+__all__ = ("EveryRun", "RunInfo", "current_run", "enter_run", "resolve")
 
 UTC = datetime.UTC
 
@@ -43,30 +40,25 @@ class RunInfo:
     attempt: int
 
 
-@final
-class EveryRun:
-    """A lazily built `RunInfo` of an ``every()`` job: the due time is on the monotonic clock,
-    and its wall-clock equivalent is computed (once) only if the run asks for it."""
-
-    __slots__ = ("_clock", "_due", "_info", "_name")
-
-    def __init__(self, name: str, due: float, clock: Clock) -> None:
-        self._name = name
-        self._due = due
-        self._clock = clock
-        self._info: RunInfo | None = None
-
-    def info(self) -> RunInfo:
-        info = self._info
-        if info is None:
-            clock = self._clock
-            wall = clock.time() - (clock.monotonic() - self._due)
-            info = self._info = RunInfo(
-                self._name, datetime.datetime.fromtimestamp(wall, UTC), 1)
-        return info
+#: An ``every()`` run, built per run on the hot path as a list (cheaper than any object):
+#: ``[name, due (monotonic), clock, RunInfo or None]``; the `RunInfo` is computed once, on the
+#: first `current_run()` of the run, and kept in the last item so every call agrees.
+EveryRun = list
 
 
-_CURRENT: contextvars.ContextVar[RunInfo | EveryRun | None] = contextvars.ContextVar(
+def resolve(run: RunInfo | EveryRun[Any]) -> RunInfo:
+    """The `RunInfo` of a run (computing an ``every()`` run's once)."""
+    if type(run) is RunInfo:
+        return run
+    info: RunInfo | None = run[3]  # type: ignore[index]
+    if info is None:
+        name, due, clock = run[0], run[1], run[2]  # type: ignore[index]
+        wall = clock.time() - (clock.monotonic() - due)
+        info = run[3] = RunInfo(name, datetime.datetime.fromtimestamp(wall, UTC), 1)  # type: ignore[index]
+    return info
+
+
+_CURRENT: contextvars.ContextVar[RunInfo | EveryRun[Any] | None] = contextvars.ContextVar(
     "executors_current_run", default=None)
 
 
@@ -78,12 +70,10 @@ def current_run() -> RunInfo | None:
         True
     """
     run = _CURRENT.get()
-    if run is None or type(run) is RunInfo:
-        return run
-    return run.info()  # type: ignore[union-attr]
+    return None if run is None else resolve(run)
 
 
-def enter_run(run: RunInfo | EveryRun, fn: Callable[..., object],
+def enter_run(run: RunInfo | EveryRun[Any], fn: Callable[..., object],
               args: tuple[object, ...]) -> object:
     """Inside a fresh context: mark the run, then call ``fn(*args)``."""
     _CURRENT.set(run)

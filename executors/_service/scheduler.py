@@ -132,6 +132,7 @@ class Scheduler:
         self.reset()
         if not was_running or self.fork_policy == "stop":
             self.closing = True
+            self.events.close()  # an event emitted in the child starts no dispatcher
         elif self.fork_policy == "lazy":
             self.needs_fork_restart = True
         return was_running and self.fork_policy == "eager"

@@ -275,10 +275,11 @@ def resume(sched: Scheduler, slot: JobSlot, mono: float) -> tuple[float | None, 
     return mono + (state.fire_ts - wall), skipped
 
 
-def _walk(state: WallState, wall: float
+def _walk(state: WallState, wall: float, nxt: datetime.datetime | None
           ) -> tuple[list[datetime.datetime], int, datetime.datetime | None,
                      datetime.datetime | None, bool]:
-    """The group of fire times due at `wall`, from the pending one.
+    """The group of fire times due at `wall`, from the pending one (whose successor `nxt` is
+    known already).
 
     Returns (the ones the policy may run: the latest ``max_missed + 1``, oldest first; how
     many are due; the one before the latest; the next fire time after the group; truncated).
@@ -294,9 +295,13 @@ def _walk(state: WallState, wall: float
     while True:
         count += 1
         kept.append(fire)
-        nxt = trigger.next_after(fire)
+        if count > 1:
+            nxt = trigger.next_after(fire)
         if nxt is None or nxt.timestamp() > wall:
             break
+        if nxt <= fire:
+            raise ValueError(f"the trigger's next_after({fire.isoformat()}) returned "
+                             f"{nxt.isoformat()}, not a later instant")
         if count >= WALK_BOUND:
             truncated = True
             # Too many to walk: find the latest due fire time from a window before now
@@ -332,25 +337,70 @@ def run_due(sched: Scheduler, slot: JobSlot) -> tuple[float, float | None]:
     clock = sched.clock
     monotonic = sched.monotonic
     wall = clock.time()
-    mono = monotonic()
-    if state.fire is None:
-        return mono, None
-    if wall < state.fire_ts - EARLY:
+    fire = state.fire
+    if fire is None:
+        return monotonic(), None
+    fire_ts = state.fire_ts
+    if wall < fire_ts - EARLY:
         # Woken before the fire time: a wake() (run once, now, out of schedule), a step back
         # of the wall clock, or slewing. The pending fire time stays.
+        mono = monotonic()
         if slot.wake_run:
             slot.wake_run = False
             _, mono = job._run_once(mono, mono, monotonic, RunInfo(job._name, utc(wall), 1))
             wall = clock.time()
-        return mono, mono + (state.fire_ts - wall)
+        return mono, mono + (fire_ts - wall)
     slot.wake_run = False
-    walked = state.trigger
+    trigger = state.trigger
     try:
-        runs, count, prev, nxt, truncated = _walk(state, wall)
+        nxt = trigger.next_after(fire)
     except Exception as exc:
-        return _trigger_failed(job, exc, mono)
+        return _trigger_failed(job, exc, monotonic())
+    nxt_ts = math.inf if nxt is None else nxt.timestamp()
+    grace = state.grace
+    last, last_ts = fire, fire_ts
+    if nxt_ts > wall and state.unwatched is None and (grace is None or wall - fire_ts <= grace):
+        # The common case: one fire time due, watched and in grace: run it.
+        state.handled = state.last_fire = fire
+        start = monotonic()
+        job._run_once(start, start - (wall - fire_ts), monotonic, RunInfo(job._name, fire, 1))
+        ran = True
+    else:
+        try:
+            last, nxt, ran = _run_group(sched, job, state, wall, nxt)
+        except Exception as exc:
+            return _trigger_failed(job, exc, monotonic())
+        last_ts = last.timestamp()
+        nxt_ts = math.inf if nxt is None else nxt.timestamp()
+    try:
+        if state.trigger is not trigger or state.floor > last_ts:
+            # Rescheduled meanwhile: from the later of the last fire handled and the change.
+            nxt = state.trigger.next_after(last if state.floor <= last_ts else utc(state.floor))
+            nxt_ts = math.inf if nxt is None else nxt.timestamp()
+        if nxt_ts <= last_ts:
+            raise ValueError(f"the trigger's next_after({last.isoformat()}) returned "
+                             f"{nxt}, not a later instant")
+    except Exception as exc:
+        return _trigger_failed(job, exc, monotonic())
+    state.fire = nxt
+    state.fire_ts = nxt_ts
+    end = monotonic()
+    if nxt is None:
+        return end, None
+    wall_end = clock.time()
+    if ran and nxt_ts < wall_end:
+        job._overruns += 1  # the run ended after the next fire time
+    return end, end + (nxt_ts - wall_end)
+
+
+def _run_group(sched: Scheduler, job: Job, state: WallState, wall: float,
+               nxt: datetime.datetime | None
+               ) -> tuple[datetime.datetime, datetime.datetime | None, bool]:
+    """Several fire times are due, or the pending one is missed: count the misses, apply the
+    policy. Returns (the latest fire time handled, the next one, whether anything ran)."""
     first = state.fire
     assert first is not None
+    runs, count, prev, nxt, truncated = _walk(state, wall, nxt)
     last = runs[-1]
     last_ts = last.timestamp()
     unwatched = state.unwatched
@@ -377,6 +427,8 @@ def run_due(sched: Scheduler, slot: JobSlot) -> tuple[float, float | None]:
         _count_missed(sched, job, state, missed, ran, first,
                       last if latest_missed else (prev or last), reason, truncated)
     state.handled = last
+    clock = sched.clock
+    monotonic = sched.monotonic
     for fire in runs:
         start = monotonic()
         due = start - (clock.time() - fire.timestamp())
@@ -384,23 +436,7 @@ def run_due(sched: Scheduler, slot: JobSlot) -> tuple[float, float | None]:
         job._run_once(start, due, monotonic, RunInfo(job._name, fire, 1))
         if job._stopped or job._cancelled or job._paused or sched.closing:
             break
-    try:
-        if state.trigger is not walked or state.floor > last_ts:
-            # Rescheduled meanwhile: from the later of the last fire handled and the change.
-            nxt = state.trigger.next_after(last if state.floor <= last_ts else utc(state.floor))
-        if nxt is not None and nxt.timestamp() <= last_ts:
-            raise ValueError(f"the trigger's next_after({last.isoformat()}) returned "
-                             f"{nxt.isoformat()}, not a later instant")
-    except Exception as exc:
-        return _trigger_failed(job, exc, monotonic())
-    state.set_fire(nxt)
-    end = monotonic()
-    wall_end = clock.time()
-    if nxt is None:
-        return end, None
-    if runs and state.fire_ts < wall_end:
-        job._overruns += 1  # the run ended after the next fire time
-    return end, end + (state.fire_ts - wall_end)
+    return last, nxt, bool(runs)
 
 
 def _count_missed(sched: Scheduler, job: Job, state: WallState, missed: int, ran: int,
@@ -434,8 +470,8 @@ def finished(sched: Scheduler, slot: JobSlot) -> None:
     slot.token += 1
     slot.due = None
     sched.wall_slots.discard(slot)
-    if job._stopped:
-        return
+    if job._stopped or job._cancelled:
+        return  # "failed" or "cancelled" says it already
     job._finished = True
     if ScheduleRemoved in sched.events.wanted:
         sched.events.emit(ScheduleRemoved(job._name, "finished"))
