@@ -223,6 +223,14 @@ class SQLiteScheduleStore:
                     claims.append(settled[1])
         return claims
 
+    def next_due(self) -> tuple[dt.datetime, dt.datetime | None]:
+        now, fire, lease = self._conn().execute(
+            f"SELECT {_NOW}, (SELECT MIN(next_fire) FROM executors_schedules "
+            "WHERE paused = 0 AND running_fire IS NULL), (SELECT MIN(lease_until) FROM "
+            "executors_schedules WHERE running_fire IS NOT NULL)").fetchone()
+        earliest = min((x for x in (fire, lease) if x is not None), default=None)
+        return from_epoch(float(now)), None if earliest is None else from_epoch(float(earliest))
+
     def renew(self, claim: Claim, lease: float) -> bool:
         with self._write() as conn:
             cur = conn.execute(

@@ -35,13 +35,14 @@ import hashlib
 import importlib
 import json
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal, Protocol, final
 
 from executors._urls import redact
 
 __all__ = (
     "FORMAT_VERSION",
+    "OnCrash",
     "ScheduleDefinition",
     "ScheduleRecord",
     "Claim",
@@ -57,6 +58,7 @@ __all__ = (
     "record_fields",
     "record_from_fields",
     "new_record",
+    "earliest_due",
     "redeclared",
     "settle_claim",
     "finish_record",
@@ -255,6 +257,12 @@ class ScheduleStore(Protocol):
     def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
               on_crash: Callable[[ScheduleRecord], OnCrash]) -> list[Claim]:
         """Claim up to `limit` due records for `owner` (see the module docstring)."""
+
+    def next_due(self) -> tuple[dt.datetime, dt.datetime | None]:
+        """``(store now, earliest)``: the store's clock and the earliest instant a `claim`
+        could find work (the least next fire time of the unpaused records with no run in
+        progress, or the least lease end of the runs in progress), None if none. One cheap
+        read: a claimer sleeps ``earliest - now`` on its monotonic clock."""
 
     def renew(self, claim: Claim, lease: float) -> bool:
         """Extend `claim`'s lease; False if the record moved on (the lease was lost)."""
@@ -540,6 +548,11 @@ class MemoryStore:
                     claims.append(settled[1])
         return claims
 
+    def next_due(self) -> tuple[dt.datetime, dt.datetime | None]:
+        with self._lock:
+            now = self.now()
+            return now, earliest_due(self._records.values())
+
     def renew(self, claim: Claim, lease: float) -> bool:
         with self._lock:
             record = self._records.get(claim.name)
@@ -589,6 +602,21 @@ class MemoryStore:
 
     def close(self) -> None:
         pass
+
+
+def earliest_due(records: Iterable[ScheduleRecord]) -> dt.datetime | None:
+    """The earliest instant a claim could find work among `records` (see `next_due`)."""
+    best: dt.datetime | None = None
+    for record in records:
+        if record.running_fire is not None:
+            at = record.lease_until
+        elif record.paused:
+            continue
+        else:
+            at = record.next_fire
+        if at is not None and (best is None or at < best):
+            best = at
+    return best
 
 
 def _maybe_due(record: ScheduleRecord, now: dt.datetime) -> bool:

@@ -29,6 +29,7 @@ from executors._service.store import (
     ScheduleRecord,
     StoreFormatError,
     finish_record,
+    from_epoch,
     new_record,
     record_fields,
     record_from_fields,
@@ -164,6 +165,15 @@ class MongoScheduleStore:
         won = {d["_id"] for d in self._records.find(
             {"claim_token": token, "_id": {"$in": list(pending)}}, {"_id": 1})}
         return [claim for name, claim in pending.items() if name in won]
+
+    def next_due(self) -> tuple[dt.datetime, dt.datetime | None]:
+        now = self.now()
+        found: list[float] = []
+        for query, key in (({"paused": False, "running_fire": None}, "next_fire"),
+                           ({"running_fire": {"$ne": None}}, "lease_until")):
+            found.extend(float(doc[key]) for doc in self._records.find(
+                {**query, key: {"$ne": None}}, {key: 1}).sort(key, pymongo.ASCENDING).limit(1))
+        return now, from_epoch(min(found)) if found else None
 
     def renew(self, claim: Claim, lease: float) -> bool:
         until = to_epoch(self.now()) + lease

@@ -224,6 +224,17 @@ class PostgresScheduleStore:
             won = self._write(cur, writes)
         return [claim for name, claim in pending.items() if name in won]
 
+    def next_due(self) -> tuple[dt.datetime, dt.datetime | None]:
+        with self._tx() as cur:
+            cur.execute(
+                f"SELECT {_NOW}, (SELECT MIN(next_fire) FROM executors_schedules "
+                "WHERE NOT paused AND running_fire IS NULL), (SELECT MIN(lease_until) FROM "
+                "executors_schedules WHERE running_fire IS NOT NULL)")
+            row = cur.fetchone()
+        assert row is not None
+        earliest = min((float(x) for x in row[1:] if x is not None), default=None)
+        return from_epoch(float(row[0])), None if earliest is None else from_epoch(earliest)
+
     def renew(self, claim: Claim, lease: float) -> bool:
         with self._tx() as cur:
             cur.execute(f"UPDATE executors_schedules SET lease_until = {_NOW} + %s "

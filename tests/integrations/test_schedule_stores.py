@@ -348,3 +348,19 @@ def test_an_unreachable_store_is_one_clear_error_with_the_password_hidden(url: s
     message = str(info.value)
     assert "cannot reach the schedule store" in message and "alice:***@127.0.0.1" in message
     assert "s3cret" not in message
+
+
+def test_next_due_is_the_earliest_claimable_instant_on_the_stores_clock(
+        store: ScheduleStore) -> None:
+    """next_due(): the store's now and the least next fire of unpaused idle records, or the
+    least lease end of runs in progress; None for an empty store."""
+    now, earliest = store.next_due()
+    assert earliest is None and now.tzinfo is not None
+    store.declare(definition("later"), lambda now: now + dt.timedelta(hours=2))
+    first = store.declare(definition("soon"), lambda now: now + dt.timedelta(hours=1))
+    store.declare(definition("paused"), lambda now: now + dt.timedelta(minutes=1))
+    store.set_paused("paused", True)
+    assert store.next_due()[1] == first.record.next_fire
+    declare_due(store, "running")
+    (c,) = claim(store, lease=600)
+    assert store.next_due()[1] == c.lease_until
