@@ -296,6 +296,7 @@ class StoreLoop:
         self.to_declare: dict[str, tuple[ScheduleDefinition, Job]] = {}
         self.in_flight: dict[tuple[str, int], _InFlight] = {}
         self.retry_completions: list[tuple[Claim, str]] = []
+        self.reported_lost: set[tuple[str, int]] = set()
         self.decisions: dict[tuple[str, int], tuple[int, int, dt.datetime, dt.datetime, str,
                                                     str, bool]] = {}
         self.healthy = True
@@ -521,6 +522,14 @@ class StoreLoop:
                 self._lease_lost(flight.claim, "renew")
 
     def _lease_lost(self, claim: Claim, refused: str) -> None:
+        key = (claim.name, claim.version)
+        with self.lock:
+            # Once per claim: its renewal (loop) and completion (pool) may both be refused.
+            if key in self.reported_lost:
+                return
+            self.reported_lost.add(key)
+            if len(self.reported_lost) > 10_000:
+                self.reported_lost = {key}
         self.lease_lost += 1
         logger.error("%s: schedule %r lost its lease on fire time %s (attempt %d): its %s was "
                      "refused, another claim moved the record on; this run's result is not "
@@ -533,8 +542,7 @@ class StoreLoop:
     def complete(self, claim: Claim, result: str) -> None:
         """A run ended (on a pool thread): record it, fenced; retried by the loop on error."""
         with self.lock:
-            flight = self.in_flight.pop((claim.name, claim.version), None)
-        lost_already = flight is not None and flight.lost
+            self.in_flight.pop((claim.name, claim.version), None)
         try:
             done = self.store.complete(claim, result)
         except Exception as exc:
@@ -543,13 +551,13 @@ class StoreLoop:
                 self.retry_completions.append((claim, result))
             self.nudge()
             return
-        self._completed(claim, done, lost_already)
+        self._completed(claim, done)
         self.nudge()  # the record may be due again already
 
-    def _completed(self, claim: Claim, done: bool, lost_already: bool) -> None:
+    def _completed(self, claim: Claim, done: bool) -> None:
         if done:
             self.completed += 1
-        elif not lost_already:
+        else:
             self._lease_lost(claim, "complete")
 
     def _retry_completions(self) -> None:
@@ -562,7 +570,7 @@ class StoreLoop:
                 with self.lock:
                     self.retry_completions[:0] = pending[i:]
                 raise
-            self._completed(claim, done, False)
+            self._completed(claim, done)
 
     def _failed(self, what: str, exc: Exception) -> None:
         self.store_errors += 1

@@ -196,3 +196,11 @@ def pg_dsn() -> Iterator[str]:
         if os.environ.get("EXECUTORS_REQUIRE_POSTGRES"):
             pytest.fail(f"no PostgreSQL server here: {exc}, and EXECUTORS_REQUIRE_POSTGRES is set")
         pytest.skip(f"no PostgreSQL server here: {exc}")
+
+
+@pytest.fixture(params=["sqlite", "mongodb", "postgresql"])
+def shared_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL of an empty store of each kind that several processes can share."""
+    from helpers.store_urls import empty_store_url
+
+    return empty_store_url(request.param, request, tmp_path)

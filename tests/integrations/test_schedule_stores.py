@@ -9,14 +9,12 @@ import json
 import multiprocessing
 import sqlite3
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
-import pymongo
 import pytest
+from helpers.store_urls import empty_store_url
 
 from executors._service.sqlite_schedules import SQLiteScheduleStore
 from executors._service.store import (
@@ -73,33 +71,10 @@ def declare_due(store: ScheduleStore, name: str = "job", ago: float = 0.0) -> Sc
     return result.record
 
 
-def _empty_store_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if kind == "memory":
-        return "memory:"
-    if kind == "sqlite":
-        return f"sqlite:///{tmp_path / 'jobs.db'}"
-    if kind == "mongodb":
-        server = request.getfixturevalue("mongo_server")
-        database = f"sched_{uuid.uuid4().hex[:12]}"
-        parsed = pymongo.uri_parser.parse_uri(server.uri)
-        host, port = parsed["nodelist"][0]
-        return f"mongodb://{host}:{port}/{database}"
-    dsn: str = request.getfixturevalue("pg_dsn")
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("DROP TABLE IF EXISTS executors_schedules, executors_meta")
-    return dsn
-
-
 @pytest.fixture(params=["memory", "sqlite", "mongodb", "postgresql"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A URL of an empty store of each kind."""
-    return _empty_store_url(request.param, request, tmp_path)
-
-
-@pytest.fixture(params=["sqlite", "mongodb", "postgresql"])
-def shared_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A URL of an empty store of each kind that several processes can share."""
-    return _empty_store_url(request.param, request, tmp_path)
+    return empty_store_url(request.param, request, tmp_path)
 
 
 @pytest.fixture
