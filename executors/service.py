@@ -756,6 +756,8 @@ class BackgroundService:
         """Registry hook in a forked child: rebuild, never unlock; apply the fork policy."""
         eager = self._scheduler.after_fork()
         self._pool.reset()
+        if self._store is not None:
+            self._store.after_fork()
         self._futures = set()
         self._generation += 1
         if eager:

@@ -265,3 +265,36 @@ def test_every_and_submit_stay_in_memory_with_a_store(db: str) -> None:
     store = SQLiteScheduleStore(db[10:])
     assert store.records() == []
     store.close()
+
+
+def test_an_unreachable_store_at_start_is_one_clear_error_with_the_password_hidden() -> None:
+    """Nothing listens at the URL: BackgroundService(store=url) raises one ConnectionError
+    naming the URL, never the password."""
+    pytest.importorskip("psycopg")
+    from executors.testing import free_port
+
+    url = f"postgresql://alice:s3cret@127.0.0.1:{free_port()}/db"
+    with pytest.raises(ConnectionError) as info:
+        BackgroundService(store=url)
+    message = str(info.value)
+    assert "cannot reach the schedule store" in message and "alice:***@127.0.0.1" in message
+    assert "s3cret" not in message
+
+
+def test_a_forked_child_serves_the_store_as_another_owner(db: str) -> None:
+    """After fork, the child's store loop has its own owner id and no claims of the parent."""
+    import os
+
+    from helpers.forking import in_forked_child
+
+    with BackgroundService(store=db) as svc:
+        svc.schedule(Interval(3600), stored_jobs.seen, "f", name="hourly")
+        loop = svc._store
+        assert loop is not None
+        parent_owner = loop.owner
+
+        def child() -> object:
+            return (loop.owner != parent_owner and str(os.getpid()) in loop.owner
+                    and loop.in_flight == {} and loop.thread is None)
+
+        assert in_forked_child(child) is True

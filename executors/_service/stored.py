@@ -310,6 +310,18 @@ class StoreLoop:
         self.offset = 0.0  # store clock - this process's wall clock, at the latest read
         self.closing = False
 
+    def after_fork(self) -> None:
+        """In a forked child: a new owner (another process), fresh lock, queue and no thread;
+        the parent's claims stay the parent's (never completed or renewed from here)."""
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.lock = threading.Lock()
+        self.messages = queue.SimpleQueue()
+        self.thread = None
+        self.in_flight = {}
+        self.retry_completions = []
+        self.decisions = {}
+        self.closing = False
+
     # -- from any thread ----------------------------------------------------------------------
 
     def post(self, message: object) -> None:

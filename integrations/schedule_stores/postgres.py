@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -134,9 +135,11 @@ class PostgresScheduleStore:
     def _conn(self) -> psycopg.Connection[Any]:
         """This thread's connection (a connection runs one transaction at a time)."""
         conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
-        if conn is None or conn.closed:
+        # A connection never crosses a fork: a forked child opens its own.
+        if conn is None or conn.closed or getattr(self._local, "pid", None) != os.getpid():
             conn = psycopg.connect(self._url, connect_timeout=self._connect_timeout)
             self._local.conn = conn
+            self._local.pid = os.getpid()
             with self._lock:
                 self._connections.append(conn)
         return conn
