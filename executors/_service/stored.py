@@ -201,15 +201,16 @@ class StoredSchedule:
     paused: bool
     #: The next fire time (UTC), or None (exhausted).
     next_fire: str | None
-    #: Who holds the run in progress, and until when (store clock), or None.
+    #: Who holds the run in progress (``host:pid:random``), or None.
     owner: str | None
+    #: When that run's lease ends, on the store's clock (UTC), or None.
     lease_until: str | None
     #: The store's counters: runs, failures, missed, lost (crashed owner, dropped),
     #: lease_lost.
     counters: Mapping[str, int]
-    #: The fire time of the last finished run and its result (``"ok"``, ``"error: ..."``,
-    #: ``"lost"``).
+    #: The fire time of the last finished run (UTC), or None.
     last_fire: str | None
+    #: Its result: ``"ok"``, ``"error: Type: message"``, ``"lost"`` (its owner died), or None.
     last_result: str | None
 
 
@@ -225,8 +226,9 @@ class StoreStatus:
     healthy: bool
     #: The latest store error (``"Type: message"``), or None.
     last_error: str | None
-    #: Fire times this process claimed, ran to the end and recorded.
+    #: Fire times this process claimed.
     claims: int
+    #: Of them, runs whose end was recorded (completion accepted by the store).
     completed: int
     #: Runs whose lease was lost (renewal or completion refused).
     lease_lost: int
