@@ -244,8 +244,8 @@ class BackgroundService:
             # A URL is opened here: an unreachable store is one clear error at construction,
             # naming the URL (password hidden).
             owned = isinstance(store, str)
-            opened = open_store(store) if isinstance(store, str) else check_store(store)
             lease = _validate.seconds(store_lease, "store_lease", allow_zero=False)
+            opened = open_store(store) if isinstance(store, str) else check_store(store)
             self._store = scheduler.store_loop = StoreLoop(self._name, opened, scheduler,
                                                            owned=owned, lease=lease)
 
@@ -337,6 +337,9 @@ class BackgroundService:
         if cancel_pending:
             cancelled += sum(f.cancel() for f in list(self._futures))
         done = self._wait(deadline)
+        loop = self._store
+        if loop is not None and loop.thread is None:
+            loop.release()  # never started: its thread did not close the store
         if not done:
             cancelled += sum(f.cancel() for f in list(self._futures))
         slots = [j._slot for j in list(self._jobs.values())]

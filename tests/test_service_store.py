@@ -114,8 +114,8 @@ def test_declare_keeps_unchanged_state_updates_a_changed_one_and_keeps_the_undec
         assert [(type(e), e.name) for e in events] == [  # type: ignore[attr-defined]
             (ScheduleAdded, "hourly"), (ScheduleAdded, "other")]
         svc.jobs[0].pause()
-        wait_until(lambda: SQLiteScheduleStore(db[10:]).get("hourly").paused, 5)  # type: ignore[union-attr]
     store = SQLiteScheduleStore(db[10:])
+    wait_until(lambda: store.get("hourly").paused, 5)  # type: ignore[union-attr]
     before = store.get("hourly")
     assert before is not None and before.paused
     with caplog.at_level(logging.WARNING, "executors.service"), \

@@ -124,10 +124,11 @@ class SQLiteScheduleStore:
             if row is None:
                 conn.execute("INSERT INTO executors_meta VALUES ('format', ?)",
                              (str(FORMAT_VERSION),))
-            elif int(row[0]) > FORMAT_VERSION:
-                raise StoreFormatError(
-                    f"{self.display_url} was written by store format {row[0]}; this version "
-                    f"of executors reads format {FORMAT_VERSION} and older: upgrade executors")
+        if row is not None and int(row[0]) > FORMAT_VERSION:
+            self.close()  # nothing is left open behind the error
+            raise StoreFormatError(
+                f"{self.display_url} was written by store format {row[0]}; this version "
+                f"of executors reads format {FORMAT_VERSION} and older: upgrade executors")
 
     def __repr__(self) -> str:
         return f"<SQLiteScheduleStore {self.display_url!r}>"

@@ -634,6 +634,10 @@ class StoreLoop:
             logger.error("%s: %d completion(s) not recorded at shutdown (%s): their lease "
                          "expires and on_crash settles them", self.name,
                          len(self.retry_completions), exc)
+        self.release()
+
+    def release(self) -> None:
+        """Close the store if the service opened it (from its URL)."""
         if self.owned:
             try:
                 self.store.close()

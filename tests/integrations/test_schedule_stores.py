@@ -4,6 +4,7 @@ from the installed binaries)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import multiprocessing
@@ -276,7 +277,7 @@ def test_sqlite_refuses_a_store_of_a_newer_format_naming_both(tmp_path: Path) ->
     """A file written by a newer format is refused, naming both versions."""
     path = str(tmp_path / "new.db")
     SQLiteScheduleStore(path).close()
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("UPDATE executors_meta SET value = ? WHERE key = 'format'",
                      (str(FORMAT_VERSION + 1),))
     with pytest.raises(StoreFormatError,
@@ -290,7 +291,7 @@ def test_sqlite_a_corrupt_record_is_reported_and_skipped(tmp_path: Path) -> None
     s = SQLiteScheduleStore(path)
     declare_due(s, "good")
     declare_due(s, "bad")
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("UPDATE executors_schedules SET definition = '{\"trigger\": 3}' "
                      "WHERE name = 'bad'")
     assert [c.name for c in claim(s)] == ["good"]
