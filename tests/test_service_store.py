@@ -298,3 +298,43 @@ def test_a_forked_child_serves_the_store_as_another_owner(db: str) -> None:
                     and loop.in_flight == {} and loop.thread is None)
 
         assert in_forked_child(child) is True
+
+
+def test_a_schedule_no_process_here_declares_still_runs_and_changes_travel_within_the_poll(
+        db: str) -> None:
+    """A schedule declared by another (gone) process runs here when its target imports; a
+    run-now written by another process (another store object: the CLI's way) is seen within
+    the poll bound (1 s) plus a run."""
+    import time
+
+    with BackgroundService("gone", store=db) as svc:
+        svc.schedule(Interval(3600), stored_jobs.seen, "u", name="hourly")
+    other = SQLiteScheduleStore(db[10:])
+    with BackgroundService("here", store=db) as svc:
+        wait_until(lambda: len(svc.status().store.schedules) == 1, 10)  # type: ignore[union-attr]
+        began = time.monotonic()
+        assert other.set_next_fire("hourly", other.now())
+        wait_until(lambda: len(stored_jobs.SEEN) == 1, 10)
+        assert time.monotonic() - began < 1.0 + 1.0  # the poll bound, and a margin for the run
+    record = other.get("hourly")
+    assert record is not None and record.counters["runs"] == 1 and record.last_result == "ok"
+    other.close()
+
+
+def test_a_corrupt_record_is_reported_and_skipped_and_the_others_run(db: str) -> None:
+    """One unreadable record is listed in status().store.corrupt and logged; the others run."""
+    import contextlib
+    import sqlite3
+
+    with BackgroundService("a", store=db) as svc:
+        svc.schedule(Interval(3600), stored_jobs.seen, "bad", name="bad")
+        svc.schedule(Interval(0.2), stored_jobs.seen, "good", name="good")
+    with contextlib.closing(sqlite3.connect(db[10:])) as conn, conn:
+        conn.execute("UPDATE executors_schedules SET definition = '{\"trigger\": 3}', "
+                     "next_fire = 0 WHERE name = 'bad'")
+    with BackgroundService("b", store=db) as svc:
+        wait_until(lambda: len(stored_jobs.SEEN) >= 2, 10)
+        wait_until(lambda: svc.status().store.corrupt != (), 10)  # type: ignore[union-attr]
+        ((name, reason),) = svc.status().store.corrupt  # type: ignore[union-attr]
+    assert name == "bad" and "'trigger' must be a dict" in reason
+    assert {tag for tag, _, _ in stored_jobs.SEEN} == {"good"}

@@ -238,6 +238,8 @@ class StoreStatus:
     completions_pending: int
     #: Every record of the store at the latest read (at most `SNAPSHOT_EVERY` old).
     schedules: tuple[StoredSchedule, ...]
+    #: ``(name, reason)`` of each record that could not be read (skipped; the others run).
+    corrupt: tuple[tuple[str, str], ...] = ()
 
 
 # -- a job's link to the store ------------------------------------------------------------------
@@ -308,6 +310,7 @@ class StoreLoop:
         self.lease_lost = 0
         self.store_errors = 0
         self.snapshot: tuple[StoredSchedule, ...] = ()
+        self.corrupt: tuple[tuple[str, str], ...] = ()
         self.snapshot_at = -float("inf")
         self.offset = 0.0  # store clock - this process's wall clock, at the latest read
         self.closing = False
@@ -385,7 +388,7 @@ class StoreLoop:
     def status(self) -> StoreStatus:
         return StoreStatus(self.store.display_url, self.owner, self.healthy, self.last_error,
                            self.claims, self.completed, self.lease_lost, self.store_errors,
-                           len(self.retry_completions), self.snapshot)
+                           len(self.retry_completions), self.snapshot, self.corrupt)
 
     # -- the thread ---------------------------------------------------------------------------
 
@@ -613,6 +616,11 @@ class StoreLoop:
                 record.paused, _iso(record.next_fire), record.owner, _iso(record.lease_until),
                 dict(record.counters), _iso(record.last_fire), record.last_result))
         self.snapshot = tuple(out)
+        corrupt = tuple(self.store.corrupt())
+        for name, reason in sorted(set(corrupt) - set(self.corrupt)):
+            logger.error("%s: stored schedule %r cannot be read and is skipped: %s", self.name,
+                         name, reason)
+        self.corrupt = corrupt
 
     def _refresh_job(self, job: Job, record: ScheduleRecord) -> None:
         wall = job._wall
