@@ -651,11 +651,7 @@ class BackgroundService:
             raise TypeError(f"name must be a str, got {type(name).__name__}")
         job = self._jobs.get(name)
         if self._store is not None and (job is None or job._stored is not None):
-            removed = self._store.unschedule(name)
-            with self._scheduler.lock:
-                if job is not None and self._jobs.get(name) is job:
-                    del self._jobs[name]
-            return removed or job is not None
+            return self._store.unschedule(name) or job is not None
         if job is None:
             return False
         job.cancel()

@@ -245,6 +245,7 @@ def test_pause_and_run_now_travel_through_the_store() -> None:
         wait_until(lambda: len(stored_jobs.SEEN) == 1, 5)
         job.cancel()
         wait_until(lambda: store.get("hourly") is None, 5)
+        wait_until(lambda: svc.jobs == (), 5)
 
 
 def test_an_unknown_scheme_and_a_non_store_are_refused() -> None:

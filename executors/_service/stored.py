@@ -40,6 +40,7 @@ import importlib
 import inspect
 import json
 import logging
+import math
 import os
 import queue
 import socket
@@ -236,7 +237,8 @@ class StoreStatus:
     store_errors: int
     #: Completions waiting for the store to come back.
     completions_pending: int
-    #: Every record of the store at the latest read (at most `SNAPSHOT_EVERY` old).
+    #: Every record of the store at the latest read (at most `SNAPSHOT_EVERY` old, or 20
+    #: times the read when reading them all takes longer: at most 5 % of the loop).
     schedules: tuple[StoredSchedule, ...]
     #: ``(name, reason)`` of each record that could not be read (skipped; the others run).
     corrupt: tuple[tuple[str, str], ...] = ()
@@ -311,7 +313,7 @@ class StoreLoop:
         self.store_errors = 0
         self.snapshot: tuple[StoredSchedule, ...] = ()
         self.corrupt: tuple[tuple[str, str], ...] = ()
-        self.snapshot_at = -float("inf")
+        self.snapshot_at = -math.inf
         self.offset = 0.0  # store clock - this process's wall clock, at the latest read
         self.closing = False
 
@@ -359,7 +361,7 @@ class StoreLoop:
 
         result = self.store.declare(definition, first_fire)
         self._refresh_job(job, result.record)
-        self.snapshot_at = -float("inf")
+        self.snapshot_at = -math.inf
         events = self.scheduler.events
         if result.outcome == "changed":
             logger.warning("%s: schedule %r changed in %s: now %s -> %s (its state is kept)",
@@ -378,10 +380,13 @@ class StoreLoop:
             self.to_declare.pop(name, None)
         if job is not None:
             job._cancelled = True
+            with self.scheduler.lock:
+                if self.scheduler.jobs.get(name) is job:
+                    del self.scheduler.jobs[name]
         events = self.scheduler.events
         if (removed or job is not None) and ScheduleRemoved in events.wanted:
             events.emit(ScheduleRemoved(name, "removed"))
-        self.snapshot_at = -float("inf")
+        self.snapshot_at = -math.inf
         self.nudge()
         return removed
 
@@ -443,7 +448,7 @@ class StoreLoop:
         except Exception as exc:
             self._failed(action, exc)
             self.post(("control", name, action))  # again after the backoff
-        self.snapshot_at = -float("inf")
+        self.snapshot_at = -math.inf
 
     def _serve(self, monotonic: Callable[[], float]) -> float:
         """One pass: declare, complete, renew, claim, refresh; the delay until the next."""
@@ -465,9 +470,12 @@ class StoreLoop:
         if len(claims) >= BATCH:
             return 0.0  # more may be due
         now = monotonic()
-        if now - self.snapshot_at >= SNAPSHOT_EVERY:
+        if now >= self.snapshot_at:
             self._take_snapshot()
-            self.snapshot_at = now
+            # At most 5 % of the loop's time on it, however many records the store holds.
+            took = monotonic() - now
+            now = monotonic()
+            self.snapshot_at = now + max(SNAPSHOT_EVERY, 20 * took)
         store_now, earliest = store.next_due()
         self.offset = store_now.timestamp() - self.scheduler.clock.time()
         delay = POLL if earliest is None else (earliest - store_now).total_seconds()
@@ -573,7 +581,8 @@ class StoreLoop:
 
     def _completed(self, claim: Claim, done: bool) -> None:
         if done:
-            self.completed += 1
+            with self.lock:  # pool threads and the loop count here
+                self.completed += 1
         else:
             self._lease_lost(claim, "complete")
 
