@@ -20,6 +20,7 @@ from .service import BackgroundService as BackgroundService
 from .service import ClockChanged as ClockChanged
 from .service import Job as Job
 from .service import JobStatistics as JobStatistics
+from .service import LeaseLost as LeaseLost
 from .service import RunFailed as RunFailed
 from .service import RunFinished as RunFinished
 from .service import RunInfo as RunInfo
@@ -34,6 +35,8 @@ from .service import ServiceEvent as ServiceEvent
 from .service import ServiceStatistics as ServiceStatistics
 from .service import ServiceStatus as ServiceStatus
 from .service import ShutdownReport as ShutdownReport
+from .service import StoredSchedule as StoredSchedule
+from .service import StoreStatus as StoreStatus
 from .service import Subscription as Subscription
 from .service import SubscriptionStatistics as SubscriptionStatistics
 from .service import current_run as current_run
@@ -79,6 +82,9 @@ __all__ = (
     "SchedulePaused",
     "ScheduleResumed",
     "ClockChanged",
+    "LeaseLost",
+    "StoreStatus",
+    "StoredSchedule",
     "Subscription",
     "SubscriptionStatistics",
     "Trigger",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -14,8 +15,21 @@ __all__ = ("Clock", "SystemClock", "SYSTEM_CLOCK")
 T = TypeVar("T")
 
 
+#: A test hook, not a feature: seconds added to the service's wall clock in this process
+#: (read once, at import). The race tests of schedules kept in a store skew each process's
+#: clock by up to +-5 s with it, to show that no process's clock decides who runs a fire time.
+SKEW_ENV = "EXECUTORS_TEST_WALL_SKEW"
+
+
+def _skewed(read: Callable[[], float]) -> Callable[[], float]:
+    skew = float(os.environ.get(SKEW_ENV) or 0.0)
+    if not skew:
+        return read
+    return lambda: read() + skew
+
+
 def _real_time() -> Callable[[], float]:
-    """The wall clock, read in a way freezegun does not replace.
+    """The wall clock, read in a way freezegun does not replace (plus the `SKEW_ENV` test hook).
 
     freezegun swaps ``time.time`` (and module globals aliasing it) for its frozen clock, but it
     leaves ``time.clock_gettime`` alone: reading ``CLOCK_REALTIME`` through it gives real
@@ -24,8 +38,8 @@ def _real_time() -> Callable[[], float]:
     """
     realtime = getattr(time, "CLOCK_REALTIME", None)
     if realtime is not None and hasattr(time, "clock_gettime"):
-        return partial(time.clock_gettime, realtime)
-    return time.time
+        return _skewed(partial(time.clock_gettime, realtime))
+    return _skewed(time.time)
 
 
 def _real_boottime() -> Callable[[], float]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import datetime
 import itertools
+import json
 import logging
 import threading
 import zoneinfo
@@ -25,6 +26,7 @@ from . import _validate, registry
 from ._clock import SYSTEM_CLOCK, Clock, SystemClock
 from ._service.events import (
     ClockChanged,
+    LeaseLost,
     RunFailed,
     RunFinished,
     RunMissed,
@@ -52,6 +54,15 @@ from ._service.run_info import RunInfo, current_run
 from ._service.scheduler import Scheduler, shutting_down
 from ._service.shutdown import ShutdownReport, alive, wait_all
 from ._service.status import ServiceStatistics, ServiceStatus, state_counts
+from ._service.store import OnCrash, ScheduleDefinition, ScheduleStore, open_store
+from ._service.stored import (
+    StoredLink,
+    StoredSchedule,
+    StoreLoop,
+    StoreStatus,
+    check_store,
+    target_of,
+)
 from ._service.wallclock import Missed, TriggerLike, WallOnError
 from .errors import ShutdownError
 from .periodic import ForkPolicy, PeriodicExecutor
@@ -60,8 +71,8 @@ __all__ = (
     "BackgroundService", "Job", "JobStatistics", "ServiceStatistics", "ServiceStatus",
     "ShutdownReport", "current_run", "RunInfo", "ServiceEvent", "RunStarted", "RunFinished",
     "RunFailed", "RunMissed", "ScheduleAdded", "ScheduleChanged", "ScheduleRemoved",
-    "SchedulePaused", "ScheduleResumed", "ClockChanged", "Subscription",
-    "SubscriptionStatistics",
+    "SchedulePaused", "ScheduleResumed", "ClockChanged", "LeaseLost", "Subscription",
+    "SubscriptionStatistics", "StoreStatus", "StoredSchedule",
 )
 
 logger = logging.getLogger("executors.service")
@@ -156,6 +167,16 @@ class BackgroundService:
             due time.
         clock: where time comes from (default: the real monotonic clock).
         fork_policy: ``"lazy"`` (default), ``"eager"`` or ``"stop"``.
+        store: where `schedule` and `cron` jobs are kept: a URL (``"sqlite:///jobs.db"``,
+            ``"mongodb://host/db"``, ``"postgresql://..."``, ``"memory:"``) or a store
+            object; None (default): in memory, as `every` jobs. Schedules in a store
+            survive restarts and are served by every process that points at it, each fire
+            time claimed by one (see `executors._service.stored` and the Schedules page).
+            A URL that cannot be reached raises ConnectionError here, naming it (password
+            hidden).
+        store_lease: seconds a claimed run's lease lasts on the store's clock (renewed every
+            third of it, at most every 10 s, while the run lasts): how long a crashed
+            process's run holds its schedule before ``on_crash`` settles it.
 
     Raises:
         TypeError, ValueError: a bad argument, naming it.
@@ -182,6 +203,8 @@ class BackgroundService:
         slack: float | None = None,
         clock: Clock | None = None,
         fork_policy: ForkPolicy = "lazy",
+        store: str | ScheduleStore | None = None,
+        store_lease: float = 30.0,
     ) -> None:
         if name is not None and not isinstance(name, str):
             raise TypeError(f"name must be a str or None, got {type(name).__name__}")
@@ -216,6 +239,15 @@ class BackgroundService:
         self._submissions_failed = 0
         self._last_submission_error: str | None = None
         self._futures: set[concurrent.futures.Future[object]] = set()
+        self._store: StoreLoop | None = None
+        if store is not None:
+            # A URL is opened here: an unreachable store is one clear error at construction,
+            # naming the URL (password hidden).
+            owned = isinstance(store, str)
+            lease = _validate.seconds(store_lease, "store_lease", allow_zero=False)
+            opened = open_store(store) if isinstance(store, str) else check_store(store)
+            self._store = scheduler.store_loop = StoreLoop(self._name, opened, scheduler,
+                                                           owned=owned, lease=lease)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -241,6 +273,13 @@ class BackgroundService:
                     scheduler.schedule_first(job, now)
             registry.register(self)
             scheduler.start()
+        loop = self._store
+        if loop is not None:
+            for job in list(self._jobs.values()):
+                link = job._stored
+                if link is not None and not job._cancelled:
+                    loop.declare(link.definition, job)
+            loop.start()
         for job in list(self._jobs.values()):
             if job._executor is not None and not (job._paused or job._cancelled):
                 job._executor.open()
@@ -262,6 +301,8 @@ class BackgroundService:
         ignored). `join` or `shutdown` waits.
         """
         self._scheduler.close()
+        if self._store is not None:
+            self._store.close()
         self._pool.stop()
         for job in list(self._jobs.values()):
             executor = job._executor
@@ -296,6 +337,9 @@ class BackgroundService:
         if cancel_pending:
             cancelled += sum(f.cancel() for f in list(self._futures))
         done = self._wait(deadline)
+        loop = self._store
+        if loop is not None and loop.thread is None:
+            loop.release()  # never started: its thread did not close the store
         if not done:
             cancelled += sum(f.cancel() for f in list(self._futures))
         slots = [j._slot for j in list(self._jobs.values())]
@@ -381,19 +425,19 @@ class BackgroundService:
     def schedule(self, trigger: TriggerLike, fn: None = None, /, *, name: str | None = None,
                  missed: Missed = "latest", max_missed: int = 100, grace: float | None = None,
                  on_error: WallOnError = "continue", since: datetime.datetime | None = None,
-                 ) -> Callable[[Callable[[], object]], Job]: ...
+                 on_crash: OnCrash = "drop") -> Callable[[Callable[[], object]], Job]: ...
 
     @overload
     def schedule(self, trigger: TriggerLike, fn: Callable[[*Ts], object], /, *args: *Ts,
                  name: str | None = None, missed: Missed = "latest", max_missed: int = 100,
                  grace: float | None = None, on_error: WallOnError = "continue",
-                 since: datetime.datetime | None = None) -> Job: ...
+                 since: datetime.datetime | None = None, on_crash: OnCrash = "drop") -> Job: ...
 
     def schedule(self, trigger: TriggerLike, fn: Callable[..., object] | None = None, /,
                  *args: object, name: str | None = None, missed: Missed = "latest",
                  max_missed: int = 100, grace: float | None = None,
-                 on_error: WallOnError = "continue", since: datetime.datetime | None = None
-                 ) -> Job | Callable[[Callable[[], object]], Job]:
+                 on_error: WallOnError = "continue", since: datetime.datetime | None = None,
+                 on_crash: OnCrash = "drop") -> Job | Callable[[Callable[[], object]], Job]:
         """Run ``fn(*args)`` at each fire time of a wall-clock `trigger`; return its `Job`.
 
         Without `fn`, a decorator (as `every`). The trigger (`executors.Cron`, `Date`,
@@ -426,7 +470,19 @@ class BackgroundService:
             since: an aware datetime: the schedule was last handled then (how a restart
                 hands its state over); the fire times since then that already passed are
                 missed (reason ``"stopped"``). None: the first fire time is the trigger's
-                first after the service starts (or after now).
+                first after the service starts (or after now). Not for a stored schedule
+                (the store keeps its state).
+            on_crash: a stored schedule's run whose process died (its lease expired):
+                ``"drop"`` (default: counted lost, at most once) or ``"rerun"`` (run again
+                by another process with ``current_run().attempt`` 2: at least once).
+
+        With a store (``BackgroundService(store=...)``) the schedule is kept there as data:
+        `fn` must import back as ``"module:qualname"`` (a module-level function, a
+        classmethod or a staticmethod: a lambda, a closure or a bound method of an object
+        is refused, with the reason) and `args` must be JSON. Its name is `name`, else
+        ``"module:qualname"`` (stable across processes). Every process declares it at start;
+        each fire time is claimed by one of them (see the Schedules page, "Many processes,
+        one store").
 
         Raises:
             TypeError, ValueError: a bad argument, named: `trigger` is not a trigger,
@@ -442,7 +498,8 @@ class BackgroundService:
             ...     job.next_fire.isoformat()
             '2030-03-01T11:00:00+00:00'
         """
-        options = schedule_options(trigger, missed, max_missed, grace, on_error, since, name)
+        options = schedule_options(trigger, missed, max_missed, grace, on_error, since, name,
+                                   on_crash)
         return self._add_or_decorate(fn, args, name, options, "schedule")
 
     @overload
@@ -516,6 +573,10 @@ class BackgroundService:
              o: JobOptions) -> Job:
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+        stored = None
+        if self._store is not None and o.wall is not None:
+            stored = self._definition(fn, args, name, o)
+            name = stored.name
         scheduler = self._scheduler
         with scheduler.lock:
             if scheduler.closing:
@@ -528,15 +589,73 @@ class BackgroundService:
                       o.min_interval, o.jitter, o.delay, o.on_error, o.overrun, o.backoff_max,
                       o.dedicated, f"{self._name}:{name}", o.wall)
             self._jobs[name] = job
-            if ScheduleAdded in scheduler.events.wanted:
-                scheduler.events.emit(ScheduleAdded(name, job._describe()))
-            if (started := scheduler.started) and not o.dedicated:
-                scheduler.schedule_first(job, scheduler.clock.monotonic())
+            started = scheduler.started
+            if stored is not None:
+                assert self._store is not None
+                job._stored = StoredLink(self._store, stored)
+            else:
+                if ScheduleAdded in scheduler.events.wanted:
+                    scheduler.events.emit(ScheduleAdded(name, job._describe()))
+                if started and not o.dedicated:
+                    scheduler.schedule_first(job, scheduler.clock.monotonic())
+        if stored is not None:
+            if started:
+                assert self._store is not None
+                self._store.declare(stored, job)  # events: added or changed, by the store
+            return job
         if o.dedicated and started and job._executor is not None:
             job._executor.open()
         elif started:
             scheduler.nudge()
         return job
+
+    def _definition(self, fn: Callable[..., object], args: tuple[object, ...],
+                    name: str | None, o: JobOptions) -> ScheduleDefinition:
+        """A stored schedule's definition: importable target, JSON data (refused otherwise,
+        with the reason)."""
+        wall = o.wall
+        assert wall is not None
+        if wall.since is not None:
+            raise ValueError("since does not apply to a schedule kept in a store: the store "
+                             "keeps its state across restarts")
+        target = target_of(fn)
+        options: dict[str, object] = {"missed": wall.missed, "max_missed": wall.max_missed,
+                                      "grace": wall.grace, "on_error": o.on_error,
+                                      "on_crash": o.on_crash}
+        definition = ScheduleDefinition(name if name is not None else target,
+                                        wall.trigger.to_data(), target, args, {}, options)
+        try:
+            definition.digest()
+        except ValueError:
+            try:
+                json.dumps(list(args), allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"args of stored schedule {definition.name!r} must be JSON "
+                                f"(nothing is pickled): {exc}") from None
+            raise
+        if definition.name in self._jobs:
+            raise ValueError(f"a job named {definition.name!r} already exists in "
+                             f"{self._name}: give each stored schedule of {target} a name")
+        return definition
+
+    def unschedule(self, name: str) -> bool:
+        """Remove the schedule `name`: from the store (whoever declared it; it stays removed
+        until a process declares it again at its start), else the in-memory job of that name
+        (cancelled). True if there was one.
+
+        Raises:
+            TypeError: `name` is not a str.
+            Exception: the store's error, if it cannot be reached.
+        """
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, got {type(name).__name__}")
+        job = self._jobs.get(name)
+        if self._store is not None and (job is None or job._stored is not None):
+            return self._store.unschedule(name) or job is not None
+        if job is None:
+            return False
+        job.cancel()
+        return True
 
     @property
     def jobs(self) -> tuple[Job, ...]:
@@ -618,8 +737,10 @@ class BackgroundService:
 
     def status(self) -> ServiceStatus:
         """A snapshot of the service and every job, for health endpoints."""
+        loop = self._store
         return ServiceStatus(self.statistics(),
-                             tuple(j.statistics() for j in list(self._jobs.values())))
+                             tuple(j.statistics() for j in list(self._jobs.values())),
+                             None if loop is None else loop.status())
 
     def __repr__(self) -> str:
         s = self.statistics()
@@ -634,6 +755,8 @@ class BackgroundService:
         """Registry hook in a forked child: rebuild, never unlock; apply the fork policy."""
         eager = self._scheduler.after_fork()
         self._pool.reset()
+        if self._store is not None:
+            self._store.after_fork()
         self._futures = set()
         self._generation += 1
         if eager:

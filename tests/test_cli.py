@@ -649,7 +649,7 @@ def test_help_lists_every_subcommand_in_plain_text() -> None:
                           check=False)
     assert proc.returncode == 0, proc.stderr
     names = [command.NAME for command in _cli.SUBCOMMANDS]
-    assert sorted(names) == ["bench", "demo", "supervise", "traverse"]
+    assert sorted(names) == ["bench", "demo", "schedules", "supervise", "traverse"]
     listed = " ".join(proc.stdout.split())
     for command in _cli.SUBCOMMANDS:
         assert f"{command.NAME} {' '.join(command.HELP.split())}" in listed, listed

@@ -1,7 +1,8 @@
 """The ``executors`` command: the top floor, one module per subcommand, wired one way.
 
-Each subcommand module (`bench`, `demo`, `supervise`, `traverse`) offers the same six names:
-`NAME`, `HELP` (one line for the top-level help), `DESCRIPTION` and `EPILOG` (its own help),
+Each subcommand module (`bench`, `demo`, `supervise`, `traverse`, `schedules`) offers the same
+six names: `NAME`, `HELP` (one line for the top-level help), `DESCRIPTION` and `EPILOG` (its own
+help),
 `add_arguments(parser)` (which may refine that help: bench lists the areas it finds) and
 `run(args) -> int` (the exit status). `SUBCOMMANDS` below lists them; nothing else registers a
 subcommand. A subcommand module imports nothing heavy at import time (the demo's pymongo, the
@@ -18,7 +19,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Protocol
 
-from . import bench, demo, supervise, traverse
+from . import bench, demo, schedules, supervise, traverse
 from ._usage import unrecognized
 
 __all__ = ("SUBCOMMANDS", "build_parser", "main")
@@ -26,7 +27,7 @@ __all__ = ("SUBCOMMANDS", "build_parser", "main")
 DESCRIPTION = (
     "Background machinery for threaded Python programs, and a clean way into asyncio. "
     "This command runs the demo application, the benchmarks, the process supervisor and the "
-    "tree traversal; 'executors COMMAND --help' describes each."
+    "tree traversal, and steers stored schedules; 'executors COMMAND --help' describes each."
 )
 
 # Exit status after Ctrl-C, as shells report a process that SIGINT ended (128 + 2).
@@ -51,7 +52,7 @@ class Subcommand(Protocol):
     def run(self, args: argparse.Namespace) -> int: ...
 
 
-SUBCOMMANDS: tuple[Subcommand, ...] = (demo, bench, supervise, traverse)
+SUBCOMMANDS: tuple[Subcommand, ...] = (demo, bench, supervise, traverse, schedules)
 
 
 def _version() -> str:

@@ -35,6 +35,7 @@ __all__ = (
     "ClockChanged",
     "EVENT_TYPES",
     "Events",
+    "LeaseLost",
     "RunFailed",
     "RunFinished",
     "RunMissed",
@@ -197,10 +198,27 @@ class ClockChanged(ServiceEvent):
     seconds: float
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class LeaseLost(ServiceEvent):
+    """A run of a schedule kept in a store lost its lease: this process stalled (or the store
+    was out of reach) past the lease, another claim moved the record on, and this run's
+    renewal or completion was refused (fenced by the record's version). The run's result is
+    not recorded; under ``on_crash="rerun"`` another process may have run it again."""
+
+    #: The schedule's name.
+    name: str
+    #: The fire time of the run whose lease was lost (aware UTC).
+    fire_time: datetime.datetime
+    #: The attempt number of that run.
+    attempt: int
+    #: ``"renew"`` or ``"complete"``: the write that was refused.
+    refused: str
+
+
 #: Every kind of event, in the order of the docs.
 EVENT_TYPES: tuple[type[ServiceEvent], ...] = (
     RunStarted, RunFinished, RunFailed, RunMissed, ScheduleAdded, ScheduleChanged,
-    ScheduleRemoved, SchedulePaused, ScheduleResumed, ClockChanged)
+    ScheduleRemoved, SchedulePaused, ScheduleResumed, ClockChanged, LeaseLost)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,6 +32,7 @@ from .run_info import EveryRun, RunInfo, enter_run, resolve
 
 if TYPE_CHECKING:
     from .scheduler import Scheduler
+    from .stored import StoredLink
     from .wallclock import TriggerLike, WallState
 
 __all__ = ("Job", "JobSlot", "JobStatistics", "OnError", "Overrun", "job_interval")
@@ -225,6 +226,7 @@ class Job:
         "_skipped",
         "_slot",
         "_stopped",
+        "_stored",
         "_wake_requests",
         "_wall",
     )
@@ -240,6 +242,8 @@ class Job:
         # A wall-clock job (schedule(), cron()) has a trigger instead of an interval: no
         # run of it is an "overrun" of an interval (its overruns are counted by fire times).
         self._wall = wall
+        # A schedule kept in a store: its control methods go to the store (see stored.py).
+        self._stored: StoredLink | None = None
         self._scheduler = scheduler
         self._slot = JobSlot(self)
         self._fn = fn
@@ -287,6 +291,9 @@ class Job:
         the moment it starts, and the pending fire time stays.
         """
         self._wake_requests += 1
+        if self._stored is not None:
+            self._stored.control(self, "run-now")
+            return
         executor = self._executor
         if executor is not None:
             executor.wake()
@@ -300,6 +307,10 @@ class Job:
         """
         already = self._cancelled
         self._cancelled = True
+        if self._stored is not None:
+            if not already:
+                self._stored.control(self, "remove")
+            return
         executor = self._executor
         if executor is not None:
             executor.close()
@@ -310,6 +321,9 @@ class Job:
         """Stop scheduling runs until `resume()`; a run in progress finishes."""
         already = self._paused
         self._paused = True
+        if self._stored is not None:
+            self._stored.control(self, "pause")
+            return
         if self._executor is not None:
             self._executor.close()
         else:
@@ -328,6 +342,9 @@ class Job:
         if not self._paused:
             return
         self._paused = False
+        if self._stored is not None:
+            self._stored.control(self, "resume")
+            return
         executor = self._executor
         scheduler = self._scheduler
         skipped = 0
@@ -386,7 +403,11 @@ class Job:
                             "update_interval(); reschedule() is for schedule() and cron() jobs")
         from .wallclock import check_trigger
 
-        self._scheduler.rescheduled(self._slot, check_trigger(trigger))
+        checked = check_trigger(trigger)
+        if self._stored is not None:
+            self._stored.reschedule(self, checked)
+            return
+        self._scheduler.rescheduled(self._slot, checked)
         events = self._scheduler.events
         if ScheduleChanged in events.wanted:
             events.emit(ScheduleChanged(self._name, self._describe()))
@@ -511,14 +532,16 @@ class Job:
     # -- running (by the scheduler or the job's executor: never concurrently) ---------------
 
     def _run_once(self, start: float, due: float | None, monotonic: Callable[[], float],
-                  run: RunInfo | None = None) -> tuple[bool, float]:
+                  run: RunInfo | None = None, call: Callable[[], object] | None = None
+                  ) -> tuple[bool, float]:
         """Run fn once, started at `start` for a run due at `due`; (failed, end time).
 
         The per-run bookkeeping of every kind of job, written once: lateness, the call,
         runs, duration, overruns (counted here, not when the next run is scheduled: the
         last run before a pause, cancel or shutdown, and a failed run, are overruns too),
         the service's counters and the run's events. `run` is a wall-clock run's fire time;
-        an ``every()`` run's is built only if asked for (`executors.current_run`).
+        an ``every()`` run's is built only if asked for (`executors.current_run`). `call`
+        replaces ``fn(*args)`` (a stored schedule runs the arguments its claim carries).
         """
         lateness = 0.0 if due is None else max(0.0, start - due)
         self._last_start = start
@@ -532,7 +555,7 @@ class Job:
         wanted = scheduler.events.wanted
         if wanted and RunStarted in wanted:
             scheduler.events.emit(RunStarted(self._name, _fire_time(info), lateness))
-        failed = self._call(info)  # never raises: it catches, logs and counts
+        failed = self._call(info, call)  # never raises: it catches, logs and counts
         end = monotonic()
         self._runs += 1
         duration = end - start
@@ -551,11 +574,15 @@ class Job:
                 scheduler.events.emit(RunFinished(self._name, _fire_time(info), duration))
         return failed, end
 
-    def _call(self, run: RunInfo | EveryRun[Any]) -> bool:
+    def _call(self, run: RunInfo | EveryRun[Any], call: Callable[[], object] | None = None
+              ) -> bool:
         """Run fn once in a fresh context that knows the run (`executors.current_run`); True if
         it raised (the exception is logged here)."""
         try:
-            contextvars.Context().run(enter_run, run, self._fn, self._args)
+            if call is None:
+                contextvars.Context().run(enter_run, run, self._fn, self._args)
+            else:
+                contextvars.Context().run(enter_run, run, call, ())
         except BaseException as exc:
             self._errors += 1
             self._consecutive_errors += 1

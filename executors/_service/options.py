@@ -13,6 +13,7 @@ from executors import _validate
 from executors.triggers import Cron, FoldPolicy, GapPolicy
 
 from .job import OnError, Overrun, job_interval
+from .store import OnCrash
 from .wallclock import Missed, WallOnError, WallState, wall_state
 
 __all__ = ("CronOptions", "JobOptions", "cron_options", "every_options", "schedule_options",
@@ -33,6 +34,7 @@ class CronOptions(TypedDict, total=False):
     grace: float | None
     on_error: WallOnError
     since: datetime.datetime | None
+    on_crash: OnCrash
 
 
 _TRIGGER_KEYS = ("gap", "fold", "start", "end", "jitter")
@@ -51,6 +53,8 @@ class JobOptions:
     backoff_max: float
     dedicated: bool
     wall: WallState | None = None
+    #: A stored schedule's run whose owner crashed: ``"drop"`` or ``"rerun"``.
+    on_crash: OnCrash = "drop"
 
 
 def _check_name(name: object) -> None:
@@ -88,16 +92,19 @@ def every_options(interval: object, min_interval: object, jitter: object, delay:
 
 
 def schedule_options(trigger: object, missed: object, max_missed: object, grace: object,
-                     on_error: object, since: object, name: object) -> JobOptions:
+                     on_error: object, since: object, name: object,
+                     on_crash: object = "drop") -> JobOptions:
     """`schedule()`'s (and `cron()`'s) arguments, checked. A wall-clock job has no interval
     (``inf``: no run is an overrun of one) and shares the scheduler (never dedicated)."""
     state = wall_state(trigger, missed, max_missed, grace, since)
     if on_error not in ("continue", "stop"):
         raise ValueError("on_error must be 'continue' or 'stop' for a wall-clock job (its "
                          f"fire times do not move), got {on_error!r}")
+    if on_crash not in ("drop", "rerun"):
+        raise ValueError(f"on_crash must be 'drop' or 'rerun', got {on_crash!r}")
     _check_name(name)
     return JobOptions(math.inf, 0.0, 0.0, 0.0, on_error, "skip", 0.0,
-                      False, state)
+                      False, state, on_crash)
 
 
 def cron_options(expression: object, tz: object, name: object,
@@ -110,7 +117,8 @@ def cron_options(expression: object, tz: object, name: object,
                    **{k: options[k] for k in _TRIGGER_KEYS if k in options})  # type: ignore[arg-type]
     return schedule_options(trigger, options.get("missed", "latest"),
                             options.get("max_missed", 100), options.get("grace"),
-                            options.get("on_error", "continue"), options.get("since"), name)
+                            options.get("on_error", "continue"), options.get("since"), name,
+                            options.get("on_crash", "drop"))
 
 
 def unique_name(fn: Callable[..., object], jobs: Mapping[str, object],

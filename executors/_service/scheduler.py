@@ -42,6 +42,7 @@ from .job import JobSlot
 if TYPE_CHECKING:
     from .job import Job
     from .pool import Pool
+    from .stored import StoreLoop
     from .wallclock import TriggerLike
 
 __all__ = ("Cancel", "Scheduler", "Signal", "Wake", "shutting_down")
@@ -96,6 +97,7 @@ class Scheduler:
         self.job_runs = 0
         self.job_errors = 0
         self.pool: Pool | None = None  # set by the service before start
+        self.store_loop: StoreLoop | None = None  # set by a service with a store
         self.events = Events(name, self.producers)
         # Wall-clock jobs not cancelled or finished (under the lock): while there is one, the
         # loop watches the clocks and sleeps at most wallclock.MAX_SLEEP.
@@ -169,7 +171,9 @@ class Scheduler:
     def producers(self) -> list[threading.Thread]:
         """The threads whose runs emit events (the dispatcher waits for them at close)."""
         pool = self.pool
-        return [t for t in [self.thread, *(pool.threads if pool else ())] if t is not None]
+        loop = self.store_loop
+        return [t for t in [self.thread, *(pool.threads if pool else ()),
+                            loop.thread if loop else None] if t is not None]
 
     # -- schedule changes (from any thread) -------------------------------------------------
 
@@ -187,6 +191,8 @@ class Scheduler:
 
     def schedule_first(self, job: Job, now: float) -> None:
         """Schedule a new or starting job's first run, `delay` from `now`. Caller holds the lock."""
+        if job._stored is not None:
+            return  # a schedule kept in a store: the store loop claims its runs
         if job._wall is None:
             self.schedule(job._slot, now + job._delay, now)
             return

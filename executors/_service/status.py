@@ -12,6 +12,7 @@ from .job import JobStatistics
 
 if TYPE_CHECKING:
     from .job import Job
+    from .stored import StoreStatus
 
 __all__ = ("ServiceStatistics", "ServiceStatus", "state_counts")
 
@@ -55,21 +56,28 @@ class ServiceStatus:
     service: ServiceStatistics
     #: A snapshot of every job the service holds, in the order they were added.
     jobs: tuple[JobStatistics, ...]
+    #: The store side (``BackgroundService(store=...)``): its health, counters and every
+    #: stored schedule, declared here or not; None without a store.
+    store: StoreStatus | None = None
 
     @property
     def healthy(self) -> bool:
-        """True while the service runs and no job has been stopped by an error."""
+        """True while the service runs, no job has been stopped by an error, and its store
+        (if any) answers."""
         return self.service.state == "running" and not any(
             j.state == "failed" for j in self.jobs
-        )
+        ) and (self.store is None or self.store.healthy)
 
     def as_dict(self) -> dict[str, object]:
         """A JSON-serialisable dict (for ``json.dumps`` in a health endpoint)."""
-        return {
+        out: dict[str, object] = {
             "healthy": self.healthy,
             "service": dataclasses.asdict(self.service),
             "jobs": [dataclasses.asdict(j) for j in self.jobs],
         }
+        if self.store is not None:
+            out["store"] = dataclasses.asdict(self.store)
+        return out
 
 
 def state_counts(jobs: list[Job]) -> str:

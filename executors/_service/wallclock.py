@@ -38,6 +38,7 @@ Two clocks, never mixed. A schedule's fire times are aware UTC instants from its
 from __future__ import annotations
 
 import collections
+import dataclasses
 import datetime
 import logging
 import math
@@ -62,11 +63,13 @@ __all__ = (
     "MAX_SLEEP",
     "WALK_BOUND",
     "ClockWatch",
+    "Decision",
     "Missed",
     "TriggerLike",
     "WallOnError",
     "WallState",
     "check_trigger",
+    "decide",
     "finished",
     "first_due",
     "recompute",
@@ -275,19 +278,17 @@ def resume(sched: Scheduler, slot: JobSlot, mono: float) -> tuple[float | None, 
     return mono + (state.fire_ts - wall), skipped
 
 
-def _walk(state: WallState, wall: float, nxt: datetime.datetime | None
+def _walk(trigger: TriggerLike, fire: datetime.datetime, wall: float,
+          nxt: datetime.datetime | None, keep: int
           ) -> tuple[list[datetime.datetime], int, datetime.datetime | None,
                      datetime.datetime | None, bool]:
-    """The group of fire times due at `wall`, from the pending one (whose successor `nxt` is
-    known already).
+    """The group of fire times due at `wall`, from the pending `fire` (whose successor `nxt`
+    is known already).
 
-    Returns (the ones the policy may run: the latest ``max_missed + 1``, oldest first; how
-    many are due; the one before the latest; the next fire time after the group; truncated).
+    Returns (the ones the policy may run: the latest `keep`, oldest first; how many are due;
+    the one before the latest; the next fire time after the group; truncated).
     """
-    trigger = state.trigger
-    fire = state.fire
-    assert fire is not None
-    keep = state.max_missed + 1 if state.missed == "all" else 1
+    first_ts = fire.timestamp()
     kept: collections.deque[datetime.datetime] = collections.deque(maxlen=keep)
     count = 0
     prev: datetime.datetime | None = None
@@ -306,7 +307,7 @@ def _walk(state: WallState, wall: float, nxt: datetime.datetime | None
             truncated = True
             # Too many to walk: find the latest due fire time from a window before now
             # twice as wide as the walked gaps, then go on after it.
-            gap = max((fire.timestamp() - state.fire_ts) / max(count - 1, 1), 1e-3)
+            gap = max((fire.timestamp() - first_ts) / max(count - 1, 1), 1e-3)
             walked_last = fire
             kept.clear()
             nxt = trigger.next_after(utc(wall - 2 * gap))
@@ -323,6 +324,68 @@ def _walk(state: WallState, wall: float, nxt: datetime.datetime | None
             break
         prev, fire = fire, nxt
     return list(kept), count, prev, nxt, truncated
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Decision:
+    """What the ``missed`` policy makes of one group of due fire times (`decide`)."""
+
+    #: The fire times to run, oldest first (possibly none).
+    runs: list[datetime.datetime]
+    #: How many fire times were due in the group (a lower bound when `truncated`).
+    count: int
+    #: Of them, how many are missed (see the module docstring): run late or not run.
+    missed: int
+    #: Of the missed ones, how many run anyway.
+    ran: int
+    #: The latest fire time of the group (handled, run or not).
+    last: datetime.datetime
+    #: The latest missed fire time (for the log and `RunMissed`).
+    last_missed: datetime.datetime
+    #: The next fire time after the group (None: the trigger is exhausted).
+    next_fire: datetime.datetime | None
+    #: The group was too large to walk (`WALK_BOUND`): `count` is a lower bound.
+    truncated: bool
+    #: ``"stopped"``/``"suspended"``/``"clock_jump"`` (passed unwatched), ``"grace"`` or
+    #: ``"behind"``.
+    reason: str
+
+
+def decide(trigger: TriggerLike, first: datetime.datetime, nxt: datetime.datetime | None,
+           wall: float, policy: Missed, max_missed: int, grace: float | None,
+           unwatched: tuple[str, float] | None = None) -> Decision:
+    """The ``missed`` policy, pure: the fire times from `first` (whose successor is `nxt`) due
+    at wall time `wall`, and what runs of them. One implementation for the service's memory
+    schedules and for the planner of schedules kept in a store.
+
+    `unwatched` is ``(reason, wall time)``: fire times up to that wall time passed while
+    nobody was watching (they are missed even if they are the latest).
+
+    Raises:
+        ValueError: the trigger did not move forward (and whatever the trigger raises).
+    """
+    keep = max_missed + 1 if policy == "all" else 1
+    runs, count, prev, nxt, truncated = _walk(trigger, first, wall, nxt, keep)
+    last = runs[-1]
+    last_ts = last.timestamp()
+    late = grace is not None and wall - last_ts > grace
+    latest_missed = late or (unwatched is not None and last_ts <= unwatched[1])
+    missed = count - 1 + latest_missed
+    if policy == "skip":
+        runs = [] if latest_missed else [last]
+    elif policy == "latest" or not latest_missed:
+        runs = runs if policy == "all" else [last]
+    else:
+        runs = runs[-max_missed:]
+    if grace is not None:
+        runs = [f for f in runs if wall - f.timestamp() <= grace]
+    ran = len(runs) - (0 if latest_missed or not runs or runs[-1] is not last else 1)
+    if unwatched is not None and first.timestamp() <= unwatched[1]:
+        reason = unwatched[0]
+    else:
+        reason = "grace" if late else "behind"
+    return Decision(runs, count, missed, ran if missed else 0, last,
+                    last if latest_missed else (prev or last), nxt, truncated, reason)
 
 
 def run_due(sched: Scheduler, slot: JobSlot) -> tuple[float, float | None]:
@@ -400,43 +463,24 @@ def _run_group(sched: Scheduler, job: Job, state: WallState, wall: float,
     policy. Returns (the latest fire time handled, the next one, whether anything ran)."""
     first = state.fire
     assert first is not None
-    runs, count, prev, nxt, truncated = _walk(state, wall, nxt)
-    last = runs[-1]
-    last_ts = last.timestamp()
     unwatched = state.unwatched
     state.unwatched = None
-    grace = state.grace
-    late = grace is not None and wall - last_ts > grace
-    latest_missed = late or (unwatched is not None and last_ts <= unwatched[1])
-    missed = count - 1 + latest_missed
-    policy = state.missed
-    if policy == "skip":
-        runs = [] if latest_missed else [last]
-    elif policy == "latest" or not latest_missed:
-        runs = runs if policy == "all" else [last]
-    else:
-        runs = runs[-state.max_missed:]
-    if grace is not None:
-        runs = [f for f in runs if wall - f.timestamp() <= grace]
-    if missed:
-        ran = len(runs) - (0 if latest_missed or not runs or runs[-1] is not last else 1)
-        if unwatched is not None and state.fire_ts <= unwatched[1]:
-            reason = unwatched[0]
-        else:
-            reason = "grace" if late else "behind"
-        _count_missed(sched, job, state, missed, ran, first,
-                      last if latest_missed else (prev or last), reason, truncated)
-    state.handled = last
+    d = decide(state.trigger, first, nxt, wall, state.missed, state.max_missed, state.grace,
+               unwatched)
+    if d.missed:
+        _count_missed(sched, job, state, d.missed, d.ran, first, d.last_missed, d.reason,
+                      d.truncated)
+    state.handled = last = d.last
     clock = sched.clock
     monotonic = sched.monotonic
-    for fire in runs:
+    for fire in d.runs:
         start = monotonic()
         due = start - (clock.time() - fire.timestamp())
         state.last_fire = fire
         job._run_once(start, due, monotonic, RunInfo(job._name, fire, 1))
         if job._stopped or job._cancelled or job._paused or sched.closing:
             break
-    return last, nxt, bool(runs)
+    return last, d.next_fire, bool(d.runs)
 
 
 def _count_missed(sched: Scheduler, job: Job, state: WallState, missed: int, ran: int,

@@ -180,3 +180,27 @@ def tcp_proxy(mongo_server: MongoServer) -> Iterator[TcpProxy]:
         yield proxy
     finally:
         proxy.close()
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> Iterator[str]:
+    """A throwaway PostgreSQL server on a free loopback port, from the installed binaries."""
+    from helpers.postgres import temporary_server
+
+    try:
+        with temporary_server() as dsn:
+            yield dsn
+    except FileNotFoundError as exc:
+        # CI installs Debian's postgresql where apt-get exists and sets this: a skip there would
+        # hide a store that was never tested.
+        if os.environ.get("EXECUTORS_REQUIRE_POSTGRES"):
+            pytest.fail(f"no PostgreSQL server here: {exc}, and EXECUTORS_REQUIRE_POSTGRES is set")
+        pytest.skip(f"no PostgreSQL server here: {exc}")
+
+
+@pytest.fixture(params=["sqlite", "mongodb", "postgresql"])
+def shared_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL of an empty store of each kind that several processes can share."""
+    from helpers.store_urls import empty_store_url
+
+    return empty_store_url(request.param, request, tmp_path)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -212,23 +211,6 @@ def test_sqlite_helpers_and_repr(tmp_path: Path) -> None:
 
 
 # -- PostgreSQL ---------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def pg_dsn() -> Iterator[str]:
-    """A throwaway PostgreSQL server on a free loopback port, from the installed binaries."""
-    pytest.importorskip("asyncpg", reason="asyncpg is not installed (the test extra has it)")
-    from helpers.postgres import temporary_server
-
-    try:
-        with temporary_server() as dsn:
-            yield dsn
-    except FileNotFoundError as exc:
-        # CI installs Debian's postgresql where apt-get exists and sets this: a skip there would
-        # hide a store that was never tested.
-        if os.environ.get("EXECUTORS_REQUIRE_POSTGRES"):
-            pytest.fail(f"no PostgreSQL server here: {exc}, and EXECUTORS_REQUIRE_POSTGRES is set")
-        pytest.skip(f"no PostgreSQL server here: {exc}")
 
 
 async def _fresh(dsn: str, paths: list[str], **kwargs: object) -> object:

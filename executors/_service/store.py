@@ -1,0 +1,633 @@
+"""Schedule stores: a schedule as plain data, and the one contract every store keeps.
+
+A store holds one record per schedule: its *definition* (what code declares: the trigger's
+data, the target as ``"module:qualname"``, JSON arguments, policies) and its *state* (paused,
+the next fire time, a version, the lease of a run in progress, counters). Nothing is pickled.
+
+The contract, the same for memory, SQLite, MongoDB and PostgreSQL (one test suite runs it
+against each, ``tests/test_schedule_stores.py``):
+
+- **The store decides who runs a fire time.** `claim` moves a due record's next fire time
+  forward in one conditional update (matching its version and next fire time, not paused, no
+  live lease), increments the version and records the owner and a lease. Of any number of
+  processes racing for one fire time, exactly one update matches.
+- **Time is the store's.** "Due" and "lease expired" are decided with the store's clock
+  (SQLite's own ``julianday('now')``, PostgreSQL's ``now()``, the MongoDB server's time), never
+  with a caller's: process clocks may be skewed by minutes without a double run.
+- **Completion is fenced.** `complete` and `renew` match the version the claim produced; a
+  stale owner (its lease expired and the record moved on) is refused and told so.
+- **A crashed run is settled once.** A record whose lease expired with a run in progress is
+  settled by the next `claim` that sees it: ``on_crash="drop"`` counts the run as lost,
+  ``"rerun"`` hands the same fire time out again with ``attempt + 1``.
+
+What is decided by the caller is what the next fire time is: `claim` takes a `Planner` that,
+given a due record and the store's now, returns the fire time to run (or none), the next fire
+time and how many fire times were missed. The service's planner applies the ``missed`` policy;
+because the plan is written by the same conditional update that claims, it is applied exactly
+once however many processes serve the store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import importlib
+import json
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Literal, Protocol, final
+
+from executors._urls import redact
+
+__all__ = (
+    "FORMAT_VERSION",
+    "OnCrash",
+    "ScheduleDefinition",
+    "ScheduleRecord",
+    "Claim",
+    "Plan",
+    "Planner",
+    "Declared",
+    "ScheduleStore",
+    "StoreFormatError",
+    "MemoryStore",
+    "UTC",
+    "to_epoch",
+    "from_epoch",
+    "record_fields",
+    "record_from_fields",
+    "new_record",
+    "earliest_due",
+    "redeclared",
+    "settle_claim",
+    "finish_record",
+    "open_store",
+    "sqlite_path",
+)
+
+#: The format of the records this code writes. A store written by a newer format is refused,
+#: naming both versions; an older one is upgraded when a newer format exists.
+FORMAT_VERSION = 1
+
+UTC = dt.UTC
+
+OnCrash = Literal["drop", "rerun"]
+
+
+class StoreFormatError(RuntimeError):
+    """A store (or one record in it) was written in a format this code cannot read."""
+
+
+def to_epoch(instant: dt.datetime) -> float:
+    """Seconds since the Unix epoch of an aware datetime (stores keep instants as numbers)."""
+    if instant.tzinfo is None:
+        raise ValueError(f"an instant must be aware, got naive {instant!r}")
+    return instant.timestamp()
+
+
+def from_epoch(seconds: float) -> dt.datetime:
+    """The aware UTC datetime of `seconds` since the epoch, rounded to the microsecond."""
+    return dt.datetime.fromtimestamp(round(seconds, 6), UTC)
+
+
+def _canonical(data: object) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleDefinition:
+    """What code declares about a schedule: plain JSON data, the same in every process."""
+
+    #: The schedule's name, unique in its store.
+    name: str
+    #: The trigger as data (``Trigger.to_data()``).
+    trigger: Mapping[str, object]
+    #: The function to run, as ``"module:qualname"``.
+    target: str
+    #: Positional arguments (JSON values).
+    args: Sequence[object] = ()
+    #: Keyword arguments (JSON values).
+    kwargs: Mapping[str, object] = dataclasses.field(default_factory=dict)
+    #: Policies (``missed``, ``max_missed``, ``grace``, ``on_crash``, ...) as JSON values.
+    options: Mapping[str, object] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # One shape whatever was passed in (a list or a tuple of args), so equal data compares
+        # equal after a round trip through a store.
+        object.__setattr__(self, "args", tuple(self.args))
+        object.__setattr__(self, "kwargs", dict(self.kwargs))
+        object.__setattr__(self, "trigger", dict(self.trigger))
+        object.__setattr__(self, "options", dict(self.options))
+
+    def as_data(self) -> dict[str, object]:
+        """The definition as one JSON-able mapping (what a store writes)."""
+        return {"trigger": dict(self.trigger), "target": self.target, "args": list(self.args),
+                "kwargs": dict(self.kwargs), "options": dict(self.options)}
+
+    def digest(self) -> str:
+        """A stable digest of the definition: equal definitions have equal digests.
+
+        Raises:
+            ValueError: some part is not JSON (NaN included), naming the schedule.
+        """
+        try:
+            text = _canonical(self.as_data())
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"schedule {self.name!r} is not plain JSON data: {exc}") from None
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    @classmethod
+    def from_data(cls, name: str, data: Mapping[str, object]) -> ScheduleDefinition:
+        """The inverse of `as_data`.
+
+        Raises:
+            StoreFormatError: a key is missing or of the wrong kind (named).
+        """
+        def take(key: str, kind: type) -> object:
+            value = data.get(key)
+            if not isinstance(value, kind):
+                raise StoreFormatError(
+                    f"schedule {name!r}: {key!r} must be a {kind.__name__}, got {value!r}")
+            return value
+
+        trigger = take("trigger", dict)
+        target = take("target", str)
+        args = take("args", list)
+        kwargs = take("kwargs", dict)
+        options = take("options", dict)
+        return cls(name, trigger, target, args, kwargs, options)  # type: ignore[arg-type]
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleRecord:
+    """A schedule as a store holds it: its definition and its state."""
+
+    #: What code declared.
+    definition: ScheduleDefinition
+    #: ``definition.digest()`` as stored (tells a changed declaration from an unchanged one).
+    digest: str
+    #: Paused schedules are never claimed.
+    paused: bool
+    #: The next fire time (aware UTC), or None when the trigger is exhausted.
+    next_fire: dt.datetime | None
+    #: Bumped by every claim and every change: the fence of completions and renewals.
+    version: int
+    #: Who holds the run in progress (None when no run is in progress).
+    owner: str | None
+    #: When that run's lease expires, on the store's clock (None when no run is in progress).
+    lease_until: dt.datetime | None
+    #: The fire time of the run in progress (None when none is).
+    running_fire: dt.datetime | None
+    #: The attempt number of the run in progress or of the last run (2 and up: a rerun).
+    attempt: int
+    #: Counters: ``runs``, ``failures``, ``missed``, ``lost``, ``lease_lost``.
+    counters: Mapping[str, int]
+    #: The fire time of the last finished run, or None.
+    last_fire: dt.datetime | None
+    #: ``"ok"``, ``"error: Type: message"``, ``"lost"``, or None before the first run.
+    last_result: str | None
+
+    @property
+    def name(self) -> str:
+        """The schedule's name."""
+        return self.definition.name
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """One fire time handed to one owner by `ScheduleStore.claim`."""
+
+    #: The schedule's name.
+    name: str
+    #: The fire time to run (aware UTC).
+    fire_time: dt.datetime
+    #: 1 for a first run, 2 and up for a rerun after a crashed owner (``on_crash="rerun"``).
+    attempt: int
+    #: The record's version after the claim: completion and renewal are fenced by it.
+    version: int
+    #: The lease's end on the store's clock.
+    lease_until: dt.datetime
+    #: The definition the run executes.
+    definition: ScheduleDefinition
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A planner's answer for one due record."""
+
+    #: The fire time to run now, or None to run nothing (everything due was missed/skipped).
+    run: dt.datetime | None
+    #: The record's next fire time after this claim (None: the trigger is exhausted).
+    next_fire: dt.datetime | None
+    #: How many due fire times this claim counts as missed (not run).
+    missed: int = 0
+
+
+#: ``planner(record, store_now) -> Plan``: what to do with a record that is due at `store_now`.
+Planner = Callable[[ScheduleRecord, dt.datetime], Plan]
+
+
+@dataclasses.dataclass(frozen=True)
+class Declared:
+    """What `ScheduleStore.declare` did: ``"added"``, ``"unchanged"`` or ``"changed"``."""
+
+    #: The record as stored after the declaration.
+    record: ScheduleRecord
+    #: ``"added"`` (new), ``"unchanged"`` (state kept) or ``"changed"`` (definition replaced).
+    outcome: Literal["added", "unchanged", "changed"]
+
+
+class ScheduleStore(Protocol):
+    """The contract of a schedule store (see the module docstring for the guarantees)."""
+
+    #: Where the store is, for messages: the URL with any password hidden.
+    display_url: str
+
+    def now(self) -> dt.datetime:
+        """The store's clock (aware UTC)."""
+
+    def declare(self, definition: ScheduleDefinition,
+                first_fire: Callable[[dt.datetime], dt.datetime | None]) -> Declared:
+        """Add a schedule, or keep its state if unchanged, or replace a changed definition.
+
+        `first_fire(store_now)` gives the next fire time of a new or changed schedule.
+        """
+
+    def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
+              on_crash: Callable[[ScheduleRecord], OnCrash]) -> list[Claim]:
+        """Claim up to `limit` due records for `owner` (see the module docstring)."""
+
+    def next_due(self) -> tuple[dt.datetime, dt.datetime | None]:
+        """``(store now, earliest)``: the store's clock and the earliest instant a `claim`
+        could find work (the least next fire time of the unpaused records with no run in
+        progress, or the least lease end of the runs in progress), None if none. One cheap
+        read: a claimer sleeps ``earliest - now`` on its monotonic clock."""
+
+    def renew(self, claim: Claim, lease: float) -> bool:
+        """Extend `claim`'s lease; False if the record moved on (the lease was lost)."""
+
+    def complete(self, claim: Claim, result: str) -> bool:
+        """Record the end of `claim`'s run; False (nothing written) if the lease was lost."""
+
+    def set_paused(self, name: str, paused: bool) -> bool:
+        """Pause or resume `name`; False if there is no such schedule."""
+
+    def set_next_fire(self, name: str, next_fire: dt.datetime | None) -> bool:
+        """Move `name`'s next fire time (reschedule, run now); False if there is no such one."""
+
+    def remove(self, name: str) -> bool:
+        """Remove `name`; False if there was no such schedule."""
+
+    def get(self, name: str) -> ScheduleRecord | None:
+        """The record of `name`, or None."""
+
+    def records(self) -> list[ScheduleRecord]:
+        """Every readable record, by name (corrupt ones are left out; see `corrupt`)."""
+
+    def corrupt(self) -> list[tuple[str, str]]:
+        """``(name, reason)`` of every record that could not be read."""
+
+    def close(self) -> None:
+        """Release the store's connections."""
+
+
+# -- records as flat fields (what the SQL and document stores write) ---------------------------
+
+
+def record_fields(record: ScheduleRecord) -> dict[str, object]:
+    """`record` as flat JSON-able fields: instants as epoch seconds, definition and counters
+    as mappings. Every store but memory writes these (SQL columns, a document's keys)."""
+    return {
+        "name": record.name, "definition": record.definition.as_data(),
+        "digest": record.digest, "paused": record.paused,
+        "next_fire": _opt_epoch(record.next_fire), "version": record.version,
+        "owner": record.owner, "lease_until": _opt_epoch(record.lease_until),
+        "running_fire": _opt_epoch(record.running_fire), "attempt": record.attempt,
+        "counters": dict(record.counters), "last_fire": _opt_epoch(record.last_fire),
+        "last_result": record.last_result,
+    }
+
+
+def record_from_fields(fields: Mapping[str, object]) -> ScheduleRecord:
+    """The inverse of `record_fields`.
+
+    Raises:
+        StoreFormatError: a field is missing or unreadable, naming the schedule and the field.
+    """
+    name = fields.get("name")
+    if not isinstance(name, str):
+        raise StoreFormatError(f"a schedule record has no name: {dict(fields)!r:.200}")
+    try:
+        definition = fields["definition"]
+        counters = fields["counters"]
+        if not isinstance(definition, Mapping):
+            raise StoreFormatError(f"schedule {name!r}: 'definition' is not an object")
+        if not isinstance(counters, Mapping):
+            raise StoreFormatError(f"schedule {name!r}: 'counters' is not an object")
+        return ScheduleRecord(
+            ScheduleDefinition.from_data(name, definition), str(fields["digest"]),
+            bool(fields["paused"]), _opt_instant(fields["next_fire"]),
+            _int(fields["version"]), _opt_str(fields["owner"]),
+            _opt_instant(fields["lease_until"]), _opt_instant(fields["running_fire"]),
+            _int(fields["attempt"]), {str(k): _int(v) for k, v in counters.items()},
+            _opt_instant(fields["last_fire"]), _opt_str(fields["last_result"]))
+    except KeyError as exc:
+        raise StoreFormatError(f"schedule {name!r}: field {exc} is missing") from None
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise StoreFormatError(f"schedule {name!r}: unreadable record ({exc})") from None
+
+
+def _opt_epoch(instant: dt.datetime | None) -> float | None:
+    return None if instant is None else to_epoch(instant)
+
+
+def _opt_instant(seconds: object) -> dt.datetime | None:
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"an instant must be epoch seconds, got {seconds!r}")
+    return from_epoch(float(seconds))
+
+
+def _opt_str(value: object) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"expected a string, got {value!r}")
+    return value
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {value!r}")
+    return value
+
+
+# -- finding a store by its URL ----------------------------------------------------------------
+
+# scheme -> (module, class), imported only when a URL names it: the core imports no driver.
+_BACKENDS = {
+    "sqlite": ("executors._service.sqlite_schedules", "SQLiteScheduleStore", None),
+    "mongodb": ("integrations.schedule_stores.mongo", "MongoScheduleStore", "mongo"),
+    "mongodb+srv": ("integrations.schedule_stores.mongo", "MongoScheduleStore", "mongo"),
+    "postgresql": ("integrations.schedule_stores.postgres", "PostgresScheduleStore",
+                   "postgres"),
+    "postgres": ("integrations.schedule_stores.postgres", "PostgresScheduleStore", "postgres"),
+}
+
+
+def sqlite_path(url: str) -> str:
+    """The file of a ``sqlite:`` URL: ``sqlite:///jobs.db`` is relative to the working
+    folder, ``sqlite:////srv/jobs.db`` absolute (SQLAlchemy's rule).
+
+    Raises:
+        ValueError: the URL names no file.
+    """
+    rest = url[len("sqlite:"):]
+    path = rest[3:] if rest.startswith("///") else rest[2:] if rest.startswith("//") else rest
+    if not path:
+        raise ValueError(f"store {url!r} names no file: write sqlite:///jobs.db (relative) "
+                         "or sqlite:////srv/jobs.db (absolute)")
+    return path
+
+
+def open_store(url: str) -> ScheduleStore:
+    """The store a URL names: ``memory:``, ``sqlite:///path``, ``mongodb://...``,
+    ``postgresql://...``.
+
+    Raises:
+        TypeError: `url` is not a string.
+        ValueError: an unknown scheme (naming it and the known ones).
+        ImportError: the scheme's driver is not installed (naming the extra to install).
+        ConnectionError: the store cannot be reached (naming the URL, password hidden).
+    """
+    if not isinstance(url, str):
+        raise TypeError(f"store must be a URL or a store object, got {type(url).__name__}")
+    scheme = url.partition(":")[0].lower()
+    if scheme == "memory":
+        return MemoryStore()
+    backend = _BACKENDS.get(scheme)
+    if backend is None:
+        known = ", ".join(["memory", *sorted(_BACKENDS)])
+        raise ValueError(f"store URL scheme {scheme!r} is not one of: {known} "
+                         f"(in {redact(url)!r})")
+    module_name, class_name, extra = backend
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ImportError(f"the {scheme}:// store needs a driver that is not installed "
+                          f"({exc.name}): pip install 'executors[{extra}]'") from exc
+    factory: Callable[[str], ScheduleStore] = getattr(module, class_name)
+    return factory(sqlite_path(url) if scheme == "sqlite" else url)
+
+
+# -- the memory store ---------------------------------------------------------------------------
+
+
+_COUNTERS = ("runs", "failures", "missed", "lost", "lease_lost")
+
+
+def new_record(definition: ScheduleDefinition, next_fire: dt.datetime | None,
+               version: int = 1) -> ScheduleRecord:
+    """The record of a schedule just added: not paused, no run yet, counters at zero."""
+    return ScheduleRecord(definition, definition.digest(), False, next_fire, version, None,
+                          None, None, 0, dict.fromkeys(_COUNTERS, 0), None, None)
+
+
+def redeclared(old: ScheduleRecord, definition: ScheduleDefinition,
+               next_fire: dt.datetime | None) -> ScheduleRecord:
+    """The record of a changed declaration: the new definition and next fire time, the old
+    record's pause, counters and run in progress, and the next version."""
+    return dataclasses.replace(old, definition=definition, digest=definition.digest(),
+                               next_fire=next_fire, version=old.version + 1)
+
+
+def settle_claim(record: ScheduleRecord, owner: str, now: dt.datetime, lease: float,
+                 planner: Planner, on_crash: Callable[[ScheduleRecord], OnCrash],
+                 ) -> tuple[ScheduleRecord, Claim | None] | None:
+    """The pure heart of a claim, shared by the stores that claim client-side.
+
+    Returns None when `record` is not claimable at `now` (paused, not due, or a live lease);
+    else the record to write (conditionally, on the old version) and the claim it makes (None
+    when the plan runs nothing: the record still moves forward and counts its misses).
+    """
+    counters = dict(record.counters)
+    lease_until = now + dt.timedelta(seconds=lease)
+    settled = False
+    if record.running_fire is not None:
+        if record.lease_until is not None and record.lease_until >= now:
+            return None  # a live lease: the run is in progress somewhere
+        # The owner crashed (or stalled) past its lease: settle that run once, here.
+        if on_crash(record) == "rerun" and not record.paused:
+            attempt = record.attempt + 1
+            version = record.version + 1
+            updated = dataclasses.replace(record, version=version, owner=owner,
+                                          lease_until=lease_until, attempt=attempt)
+            return updated, Claim(record.name, record.running_fire, attempt, version,
+                                  lease_until, record.definition)
+        counters["lost"] += 1
+        record = dataclasses.replace(record, running_fire=None, owner=None, lease_until=None,
+                                     counters=counters, last_fire=record.running_fire,
+                                     last_result="lost")
+        counters = dict(counters)
+        settled = True
+    if record.paused or record.next_fire is None or record.next_fire > now:
+        # Nothing to run; a settled crash is still written (once: the version moves).
+        return (dataclasses.replace(record, version=record.version + 1), None) if settled \
+            else None
+    plan = planner(record, now)
+    counters["missed"] += plan.missed
+    version = record.version + 1
+    if plan.run is None:
+        return dataclasses.replace(record, next_fire=plan.next_fire, version=version,
+                                   counters=counters), None
+    updated = dataclasses.replace(record, next_fire=plan.next_fire, version=version,
+                                  owner=owner, lease_until=lease_until,
+                                  running_fire=plan.run, attempt=1, counters=counters)
+    return updated, Claim(record.name, plan.run, 1, version, lease_until, record.definition)
+
+
+def finish_record(record: ScheduleRecord, result: str) -> ScheduleRecord:
+    """The record after its run ended with `result` (``"ok"`` or ``"error: ..."``)."""
+    counters = dict(record.counters)
+    counters["runs"] += 1
+    if result != "ok":
+        counters["failures"] += 1
+    return dataclasses.replace(record, version=record.version + 1, owner=None,
+                               lease_until=None, running_fire=None, counters=counters,
+                               last_fire=record.running_fire, last_result=result)
+
+
+@final
+class MemoryStore:
+    """A store in this process's memory (what ``BackgroundService()`` uses without a store).
+
+    Its clock is this process's wall clock, or the `now` callable given (a test clock).
+    """
+
+    display_url = "memory:"
+
+    def __init__(self, now: Callable[[], dt.datetime] | None = None) -> None:
+        self._now = now or (lambda: dt.datetime.now(UTC))
+        self._lock = threading.Lock()
+        self._records: dict[str, ScheduleRecord] = {}
+
+    def __repr__(self) -> str:
+        return f"<MemoryStore schedules={len(self._records)}>"
+
+    def now(self) -> dt.datetime:
+        return self._now()
+
+    def declare(self, definition: ScheduleDefinition,
+                first_fire: Callable[[dt.datetime], dt.datetime | None]) -> Declared:
+        digest = definition.digest()
+        with self._lock:
+            old = self._records.get(definition.name)
+            if old is not None and old.digest == digest:
+                return Declared(old, "unchanged")
+            next_fire = first_fire(self.now())
+            record = new_record(definition, next_fire) if old is None else \
+                redeclared(old, definition, next_fire)
+            self._records[definition.name] = record
+            return Declared(record, "added" if old is None else "changed")
+
+    def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
+              on_crash: Callable[[ScheduleRecord], OnCrash]) -> list[Claim]:
+        claims: list[Claim] = []
+        with self._lock:
+            now = self.now()
+            due = sorted((r for r in self._records.values() if _maybe_due(r, now)),
+                         key=_due_key)
+            for record in due:
+                if len(claims) >= limit:
+                    break
+                settled = settle_claim(record, owner, now, lease, planner, on_crash)
+                if settled is None:
+                    continue
+                self._records[record.name] = settled[0]
+                if settled[1] is not None:
+                    claims.append(settled[1])
+        return claims
+
+    def next_due(self) -> tuple[dt.datetime, dt.datetime | None]:
+        with self._lock:
+            now = self.now()
+            return now, earliest_due(self._records.values())
+
+    def renew(self, claim: Claim, lease: float) -> bool:
+        with self._lock:
+            record = self._records.get(claim.name)
+            if record is None or record.version != claim.version:
+                return False
+            until = self.now() + dt.timedelta(seconds=lease)
+            self._records[claim.name] = dataclasses.replace(record, lease_until=until)
+            return True
+
+    def complete(self, claim: Claim, result: str) -> bool:
+        with self._lock:
+            record = self._records.get(claim.name)
+            if record is None or record.version != claim.version:
+                return False
+            self._records[claim.name] = finish_record(record, result)
+            return True
+
+    def set_paused(self, name: str, paused: bool) -> bool:
+        return self._update(name, paused=paused)
+
+    def set_next_fire(self, name: str, next_fire: dt.datetime | None) -> bool:
+        return self._update(name, next_fire=next_fire)
+
+    def _update(self, name: str, **changes: object) -> bool:
+        with self._lock:
+            record = self._records.get(name)
+            if record is None:
+                return False
+            self._records[name] = dataclasses.replace(record, version=record.version + 1,
+                                                      **changes)  # type: ignore[arg-type]
+            return True
+
+    def remove(self, name: str) -> bool:
+        with self._lock:
+            return self._records.pop(name, None) is not None
+
+    def get(self, name: str) -> ScheduleRecord | None:
+        with self._lock:
+            return self._records.get(name)
+
+    def records(self) -> list[ScheduleRecord]:
+        with self._lock:
+            return sorted(self._records.values(), key=lambda r: r.name)
+
+    def corrupt(self) -> list[tuple[str, str]]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def earliest_due(records: Iterable[ScheduleRecord]) -> dt.datetime | None:
+    """The earliest instant a claim could find work among `records` (see `next_due`)."""
+    best: dt.datetime | None = None
+    for record in records:
+        if record.running_fire is not None:
+            at = record.lease_until
+        elif record.paused:
+            continue
+        else:
+            at = record.next_fire
+        if at is not None and (best is None or at < best):
+            best = at
+    return best
+
+
+def _maybe_due(record: ScheduleRecord, now: dt.datetime) -> bool:
+    """A cheap pre-filter: due, or holding a lease that has expired (to settle)."""
+    if record.running_fire is not None:
+        return record.lease_until is None or record.lease_until < now
+    if record.paused:
+        return False
+    return record.next_fire is not None and record.next_fire <= now
+
+
+def _due_key(record: ScheduleRecord) -> tuple[float, str]:
+    fire = record.running_fire or record.next_fire
+    return (fire.timestamp() if fire is not None else float("inf"), record.name)

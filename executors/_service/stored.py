@@ -1,0 +1,723 @@
+"""Schedules kept in a store and served by this process: declare, claim, run, renew, complete.
+
+A `BackgroundService` given a store (``BackgroundService(store="sqlite:///jobs.db")``) keeps its
+``schedule()`` and ``cron()`` jobs there as data (`executors._service.store`); `every()` and
+`submit()` stay in memory. One thread per service, the **store loop**, does all the talking:
+
+- **Declare.** At start (and for a schedule added later) each schedule is declared by name: an
+  unchanged declaration keeps the stored state, a changed one replaces the definition (logged,
+  `ScheduleChanged`), a new one is added (`ScheduleAdded`). A schedule in the store that this
+  process does not declare is served too when its target imports here (schedules are data).
+- **Claim.** The loop claims due records in batches of up to `BATCH` with a lease of `LEASE`
+  (30 s) on the store's clock. The planner applies the ``missed`` policy with the same pure
+  function as memory schedules (`wallclock.decide`), inside the claim's conditional update, so
+  it is applied once however many processes serve the store. Each claim runs on the pool with
+  `executors.current_run()` = ``(name, fire_time, attempt)``.
+- **Renew and complete.** While a run lasts its lease is renewed every `RENEW_EVERY` (10 s).
+  The completion is fenced by the claim's version: a refused renewal or completion is a lost
+  lease (`LeaseLost`, counted in `StoreStatus.lease_lost`). A completion the store could not
+  take (unreachable) is retried by the loop.
+- **Sleep.** Between claims the loop sleeps until the store's earliest next fire time
+  (`ScheduleStore.next_due`, converted from the store's clock to a monotonic delay), never
+  longer than `POLL` (1 s): a pause, resume, reschedule, removal or run-now made by another
+  process or by ``executors schedules`` is seen within `POLL`. (PostgreSQL ``LISTEN/NOTIFY``
+  and MongoDB change streams, which would shorten that, are not used.)
+- **The store fails, the service does not.** A store error marks the service unhealthy
+  (`StoreStatus.healthy`, `ServiceStatus.healthy`), and the loop retries with a backoff from
+  `BACKOFF_FIRST` doubling to `BACKOFF_MAX`; runs already claimed go on. When the store answers
+  again the loop declares what it could not and claims again; fencing keeps any fire time from
+  being run twice under ``on_crash="drop"``.
+
+The process clock is never used to decide anything: "due" and "lease expired" are the store's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import functools
+import importlib
+import inspect
+import json
+import logging
+import math
+import os
+import queue
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal, final
+
+from executors import _threads
+
+from .events import LeaseLost, RunMissed, ScheduleAdded, ScheduleChanged, ScheduleRemoved
+from .run_info import RunInfo
+from .store import Claim, Plan, ScheduleDefinition, ScheduleRecord, ScheduleStore
+from .wallclock import decide
+
+if TYPE_CHECKING:
+    from .job import Job
+    from .scheduler import Scheduler
+    from .wallclock import Missed, TriggerLike
+
+__all__ = (
+    "BACKOFF_FIRST",
+    "BACKOFF_MAX",
+    "BATCH",
+    "LEASE",
+    "POLL",
+    "RENEW_EVERY",
+    "StoreLoop",
+    "StoreStatus",
+    "StoredLink",
+    "StoredSchedule",
+    "check_store",
+    "resolve_target",
+    "target_of",
+)
+
+logger = logging.getLogger("executors.service")
+
+#: The lease of a claimed run, seconds on the store's clock.
+LEASE = 30.0
+#: How often a running claim's lease is renewed (seconds).
+RENEW_EVERY = 10.0
+#: The longest the loop sleeps between two looks at the store (seconds): the bound on how
+#: late a change made elsewhere is seen.
+POLL = 1.0
+#: The most records one claim takes.
+BATCH = 100
+#: The first and the longest wait before retrying an unreachable store (seconds).
+BACKOFF_FIRST = 0.1
+BACKOFF_MAX = 5.0
+#: How often the loop re-reads every record for `status()` (seconds).
+SNAPSHOT_EVERY = 5.0
+
+_CLOSE = object()
+_NUDGE = object()
+
+
+# -- schedules as data --------------------------------------------------------------------------
+
+
+def target_of(fn: object) -> str:
+    """``"module:qualname"`` of `fn`, checked to import back to the same object.
+
+    Raises:
+        TypeError: `fn` cannot be named so (a lambda, a closure or nested function, a bound
+            method of an object, a callable object without a qualified name), with the reason.
+    """
+    if inspect.ismethod(fn) and not isinstance(fn.__self__, type):
+        raise TypeError(
+            f"fn {fn!r} is a bound method of an object: a stored schedule names its target "
+            "as 'module:qualname' and cannot keep the object; schedule a module-level "
+            "function (or a classmethod or staticmethod) and pass the object's data as "
+            "JSON arguments")
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        raise TypeError(f"fn {fn!r} has no __module__ and __qualname__: a stored schedule "
+                        "needs an importable function as its target")
+    if "<lambda>" in qualname:
+        raise TypeError(f"fn {module}:{qualname} is a lambda: a stored schedule names its "
+                        "target as 'module:qualname', and a lambda cannot be imported; use a "
+                        "module-level def")
+    if "<locals>" in qualname:
+        raise TypeError(f"fn {module}:{qualname} is a closure or a nested function: another "
+                        "process cannot import it (nor its enclosing variables); use a "
+                        "module-level function with JSON arguments")
+    target = f"{module}:{qualname}"
+    try:
+        resolved = resolve_target(target)
+    except (ImportError, AttributeError) as exc:
+        raise TypeError(f"fn {target} does not import back ({exc})") from None
+    if resolved is not fn and resolved != fn:
+        raise TypeError(f"fn {target} imports back as a different object ({resolved!r}): "
+                        "a decorator that does not keep the function's name, or a name "
+                        "rebound since; schedule the module-level object itself")
+    return target
+
+
+def resolve_target(target: str) -> Callable[..., object]:
+    """The object ``"module:qualname"`` names.
+
+    Raises:
+        ImportError, AttributeError: it does not import.
+        ValueError: `target` is not ``module:qualname``.
+    """
+    module_name, sep, qualname = target.partition(":")
+    if not sep or not module_name or not qualname:
+        raise ValueError(f"a target must be 'module:qualname', got {target!r}")
+    obj: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise TypeError(f"{target} is not callable")
+    return obj  # type: ignore[no-any-return]
+
+
+def check_store(store: object) -> ScheduleStore:
+    """`store` if it looks like a schedule store; TypeError naming `store` otherwise."""
+    needed = ("declare", "claim", "complete", "renew", "next_due", "records", "remove")
+    if not all(callable(getattr(store, a, None)) for a in needed):
+        raise TypeError("store must be a URL (sqlite:///jobs.db, mongodb://..., "
+                        f"postgresql://..., memory:) or a schedule store, got "
+                        f"{type(store).__name__}")
+    return store  # type: ignore[return-value]
+
+
+@functools.lru_cache(maxsize=1024)
+def _trigger(text: str) -> TriggerLike:
+    from executors.triggers import trigger_from_data
+
+    return trigger_from_data(json.loads(text))  # type: ignore[return-value]
+
+
+def trigger_of(data: Mapping[str, object]) -> TriggerLike:
+    """The trigger of a stored definition (cached: records repeat their trigger data)."""
+    return _trigger(json.dumps(data, sort_keys=True))
+
+
+def _iso(instant: dt.datetime | None) -> str | None:
+    return None if instant is None else instant.isoformat()
+
+
+# -- status -----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredSchedule:
+    """One record of the store, as `BackgroundService.status` lists it (ISO strings)."""
+
+    #: The schedule's name.
+    name: str
+    #: The trigger as people read it.
+    trigger: str
+    #: ``"module:qualname"``.
+    target: str
+    #: Whether this process declares it (a schedule no process declares stays listed).
+    declared: bool
+    #: Paused schedules are not claimed.
+    paused: bool
+    #: The next fire time (UTC), or None (exhausted).
+    next_fire: str | None
+    #: Who holds the run in progress (``host:pid:random``), or None.
+    owner: str | None
+    #: When that run's lease ends, on the store's clock (UTC), or None.
+    lease_until: str | None
+    #: The store's counters: runs, failures, missed, lost (crashed owner, dropped),
+    #: lease_lost.
+    counters: Mapping[str, int]
+    #: The fire time of the last finished run (UTC), or None.
+    last_fire: str | None
+    #: Its result: ``"ok"``, ``"error: Type: message"``, ``"lost"`` (its owner died), or None.
+    last_result: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreStatus:
+    """The store side of a service (see `BackgroundService.status`)."""
+
+    #: The store's URL, password hidden.
+    url: str
+    #: This process's owner id in the store (``host:pid:random``).
+    owner: str
+    #: False while the store cannot be reached (the service keeps running what it claimed).
+    healthy: bool
+    #: The latest store error (``"Type: message"``), or None.
+    last_error: str | None
+    #: Fire times this process claimed.
+    claims: int
+    #: Of them, runs whose end was recorded (completion accepted by the store).
+    completed: int
+    #: Runs whose lease was lost (renewal or completion refused).
+    lease_lost: int
+    #: Store operations that raised.
+    store_errors: int
+    #: Completions waiting for the store to come back.
+    completions_pending: int
+    #: Every record of the store at the latest read (at most `SNAPSHOT_EVERY` old, or 20
+    #: times the read when reading them all takes longer: at most 5 % of the loop).
+    schedules: tuple[StoredSchedule, ...]
+    #: ``(name, reason)`` of each record that could not be read (skipped; the others run).
+    corrupt: tuple[tuple[str, str], ...] = ()
+
+
+# -- a job's link to the store ------------------------------------------------------------------
+
+
+@final
+class StoredLink:
+    """What a stored schedule's `Job` control methods call (they go to the store loop)."""
+
+    __slots__ = ("definition", "loop")
+
+    def __init__(self, loop: StoreLoop, definition: ScheduleDefinition) -> None:
+        self.loop = loop
+        self.definition = definition
+
+    def control(self, job: Job, action: Literal["pause", "resume", "run-now", "remove"]
+                ) -> None:
+        """A lock-free put: the store loop performs it (cancel is destructor-safe)."""
+        self.loop.post(("control", job._name, action))
+
+    def reschedule(self, job: Job, trigger: TriggerLike) -> None:
+        """Declare the schedule again with the new trigger (a changed definition)."""
+        definition = dataclasses.replace(self.definition, trigger=trigger.to_data())
+        self.definition = definition
+        assert job._wall is not None
+        job._wall.trigger = trigger
+        self.loop.declare(definition, job)
+
+
+@dataclasses.dataclass(slots=True)
+class _InFlight:
+    claim: Claim
+    renew_at: float  # monotonic
+    lost: bool = False
+
+
+# -- the loop -------------------------------------------------------------------------------
+
+
+@final
+class StoreLoop:
+    """The store thread of one service (see the module docstring)."""
+
+    def __init__(self, name: str, store: ScheduleStore, scheduler: Scheduler, *,
+                 owned: bool, lease: float = LEASE) -> None:
+        self.name = name
+        self.lease = lease
+        # Renewed at a third of the lease: two renewals may fail before it expires.
+        self.renew_every = min(RENEW_EVERY, lease / 3)
+        self.store = store
+        self.owned = owned
+        self.scheduler = scheduler
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.lock = threading.Lock()
+        self.messages: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self.thread: threading.Thread | None = None
+        self.jobs: dict[str, Job] = {}  # declared by this process
+        self.to_declare: dict[str, tuple[ScheduleDefinition, Job]] = {}
+        self.in_flight: dict[tuple[str, int], _InFlight] = {}
+        self.retry_completions: list[tuple[Claim, str]] = []
+        self.reported_lost: set[tuple[str, int]] = set()
+        self.decisions: dict[tuple[str, int], tuple[int, int, dt.datetime, dt.datetime, str,
+                                                    str, bool]] = {}
+        self.healthy = True
+        self.last_error: str | None = None
+        self.claims = 0
+        self.completed = 0
+        self.lease_lost = 0
+        self.store_errors = 0
+        self.snapshot: tuple[StoredSchedule, ...] = ()
+        self.corrupt: tuple[tuple[str, str], ...] = ()
+        self.snapshot_at = -math.inf
+        self.offset = 0.0  # store clock - this process's wall clock, at the latest read
+        self.closing = False
+
+    def after_fork(self) -> None:
+        """In a forked child: a new owner (another process), fresh lock, queue and no thread;
+        the parent's claims stay the parent's (never completed or renewed from here)."""
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.lock = threading.Lock()
+        self.messages = queue.SimpleQueue()
+        self.thread = None
+        self.in_flight = {}
+        self.retry_completions = []
+        self.decisions = {}
+        self.closing = False
+
+    # -- from any thread ----------------------------------------------------------------------
+
+    def post(self, message: object) -> None:
+        self.messages.put(message)
+
+    def nudge(self) -> None:
+        self.messages.put(_NUDGE)
+
+    def close(self) -> None:
+        self.closing = True
+        self.messages.put(_CLOSE)
+
+    def declare(self, definition: ScheduleDefinition, job: Job) -> None:
+        """Declare now if the store answers; else the loop declares it when it does."""
+        with self.lock:
+            self.jobs[definition.name] = job
+        try:
+            self._declare(definition, job)
+        except Exception as exc:
+            self._failed("declare", exc)
+            with self.lock:
+                self.to_declare[definition.name] = (definition, job)
+            self.nudge()
+
+    def _declare(self, definition: ScheduleDefinition, job: Job) -> None:
+        trigger = trigger_of(definition.trigger)
+
+        def first_fire(now: dt.datetime) -> dt.datetime | None:
+            return trigger.next_after(now)
+
+        result = self.store.declare(definition, first_fire)
+        self._refresh_job(job, result.record)
+        self.snapshot_at = -math.inf
+        events = self.scheduler.events
+        if result.outcome == "changed":
+            logger.warning("%s: schedule %r changed in %s: now %s -> %s (its state is kept)",
+                           self.name, definition.name, self.store.display_url,
+                           trigger.describe(), definition.target)
+            if ScheduleChanged in events.wanted:
+                events.emit(ScheduleChanged(definition.name, trigger.describe()))
+        elif result.outcome == "added" and ScheduleAdded in events.wanted:
+            events.emit(ScheduleAdded(definition.name, trigger.describe()))
+
+    def unschedule(self, name: str) -> bool:
+        """Remove `name` from the store (True if it was there)."""
+        removed = self.store.remove(name)
+        with self.lock:
+            job = self.jobs.pop(name, None)
+            self.to_declare.pop(name, None)
+        if job is not None:
+            job._cancelled = True
+            with self.scheduler.lock:
+                if self.scheduler.jobs.get(name) is job:
+                    del self.scheduler.jobs[name]
+        events = self.scheduler.events
+        if (removed or job is not None) and ScheduleRemoved in events.wanted:
+            events.emit(ScheduleRemoved(name, "removed"))
+        self.snapshot_at = -math.inf
+        self.nudge()
+        return removed
+
+    def status(self) -> StoreStatus:
+        return StoreStatus(self.store.display_url, self.owner, self.healthy, self.last_error,
+                           self.claims, self.completed, self.lease_lost, self.store_errors,
+                           len(self.retry_completions), self.snapshot, self.corrupt)
+
+    # -- the thread ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.thread = _threads.start_thread(self._run, f"{self.name}-store")
+
+    def _run(self) -> None:
+        clock = self.scheduler.clock
+        monotonic = clock.monotonic
+        backoff = BACKOFF_FIRST
+        while not self.closing:
+            try:
+                delay = self._serve(monotonic)
+            except Exception as exc:
+                self._failed("serve", exc)
+                delay = backoff
+                backoff = min(backoff * 2, BACKOFF_MAX)
+            else:
+                if not self.healthy:
+                    logger.warning("%s: the schedule store %s answers again", self.name,
+                                   self.store.display_url)
+                self.healthy = True
+                backoff = BACKOFF_FIRST
+            if delay > 0:
+                try:
+                    message = clock.wait(self.messages, delay)
+                except queue.Empty:
+                    continue
+                self._handle(message)
+        self._finish()
+
+    def _handle(self, message: object) -> None:
+        while True:
+            if type(message) is tuple:
+                self._control(*message[1:])
+            try:
+                message = self.messages.get_nowait()
+            except queue.Empty:
+                return
+
+    def _control(self, name: str, action: str) -> None:
+        store = self.store
+        try:
+            if action == "pause":
+                store.set_paused(name, True)
+            elif action == "resume":
+                store.set_paused(name, False)
+            elif action == "run-now":
+                store.set_next_fire(name, store.now())
+            elif action == "remove":
+                self.unschedule(name)
+        except Exception as exc:
+            self._failed(action, exc)
+            self.post(("control", name, action))  # again after the backoff
+        self.snapshot_at = -math.inf
+
+    def _serve(self, monotonic: Callable[[], float]) -> float:
+        """One pass: declare, complete, renew, claim, refresh; the delay until the next."""
+        with self.lock:
+            pending = list(self.to_declare.values())
+        for definition, job in pending:
+            self._declare(definition, job)
+            with self.lock:
+                self.to_declare.pop(definition.name, None)
+        self._retry_completions()
+        self._renew(monotonic())
+        store = self.store
+        claims = store.claim(self.owner, lease=self.lease, limit=BATCH, planner=self._plan,
+                             on_crash=_on_crash)
+        decisions, self.decisions = self.decisions, {}
+        for claim in claims:
+            self._announce_missed(claim, decisions.get((claim.name, claim.version)))
+            self._start_run(claim, monotonic())
+        if len(claims) >= BATCH:
+            return 0.0  # more may be due
+        now = monotonic()
+        if now >= self.snapshot_at:
+            self._take_snapshot()
+            # At most 5 % of the loop's time on it, however many records the store holds.
+            took = monotonic() - now
+            now = monotonic()
+            self.snapshot_at = now + max(SNAPSHOT_EVERY, 20 * took)
+        store_now, earliest = store.next_due()
+        self.offset = store_now.timestamp() - self.scheduler.clock.time()
+        delay = POLL if earliest is None else (earliest - store_now).total_seconds()
+        if self.in_flight:
+            delay = min(delay, min(f.renew_at for f in self.in_flight.values()) - now)
+        return max(0.0, min(delay, POLL))
+
+    def _plan(self, record: ScheduleRecord, now: dt.datetime) -> Plan:
+        """The ``missed`` policy on a due record, at the store's `now` (`wallclock.decide`)."""
+        options = record.definition.options
+        first = record.next_fire
+        assert first is not None
+        try:
+            trigger = trigger_of(record.definition.trigger)
+            policy: Missed = options.get("missed", "latest")  # type: ignore[assignment]
+            d = decide(trigger, first, trigger.next_after(first), now.timestamp(), policy,
+                       int(options.get("max_missed", 100)),  # type: ignore[call-overload]
+                       options.get("grace"))  # type: ignore[arg-type]
+        except Exception:
+            logger.exception("%s: the trigger of stored schedule %r failed; it stops (no "
+                             "next fire time)", self.name, record.name)
+            return Plan(None, None, 0)
+        if policy == "all" and len(d.runs) > 1:
+            # One fire time per claim: the next claim takes the next one (a group of due
+            # fire times is walked once, here, and the rest stay due in the record).
+            plan = Plan(d.runs[0], d.runs[1], d.count - len(d.runs))
+        else:
+            plan = Plan(d.runs[-1] if d.runs else None, d.next_fire, d.count - len(d.runs))
+        if d.missed:
+            self.decisions[(record.name, record.version + 1)] = (
+                d.missed, d.ran, first, d.last_missed, d.reason, policy, d.truncated)
+        return plan
+
+    def _announce_missed(self, claim: Claim, decision: tuple[int, int, dt.datetime,
+                                                              dt.datetime, str, str, bool]
+                         | None) -> None:
+        if decision is None:
+            return
+        missed, ran, first, last, reason, policy, truncated = decision
+        logger.warning("schedule %r missed %s%d fire time(s) from %s to %s (%s); missed=%r "
+                       "ran %d of them", claim.name, "at least " if truncated else "", missed,
+                       first.isoformat(), last.isoformat(), reason, policy, ran)
+        job = self.jobs.get(claim.name)
+        if job is not None and job._wall is not None:
+            job._wall.missed_count += missed
+            job._wall.missed_run += ran
+            job._wall.last_reason = reason
+        events = self.scheduler.events
+        if RunMissed in events.wanted:
+            events.emit(RunMissed(claim.name, missed, ran, first, last, reason, policy,
+                                  truncated))
+
+    def _start_run(self, claim: Claim, now: float) -> None:
+        self.claims += 1
+        with self.lock:
+            self.in_flight[(claim.name, claim.version)] = _InFlight(claim, now + self.renew_every)
+        pool = self.scheduler.pool
+        assert pool is not None
+        pool.put(_StoredRun(self, claim))  # type: ignore[arg-type]
+
+    def _renew(self, now: float) -> None:
+        with self.lock:
+            due = [f for f in self.in_flight.values() if f.renew_at <= now and not f.lost]
+        for flight in due:
+            if self.store.renew(flight.claim, self.lease):
+                flight.renew_at = now + self.renew_every
+            else:
+                flight.lost = True
+                self._lease_lost(flight.claim, "renew")
+
+    def _lease_lost(self, claim: Claim, refused: str) -> None:
+        key = (claim.name, claim.version)
+        with self.lock:
+            # Once per claim: its renewal (loop) and completion (pool) may both be refused.
+            if key in self.reported_lost:
+                return
+            self.reported_lost.add(key)
+            if len(self.reported_lost) > 10_000:
+                self.reported_lost = {key}
+        self.lease_lost += 1
+        logger.error("%s: schedule %r lost its lease on fire time %s (attempt %d): its %s was "
+                     "refused, another claim moved the record on; this run's result is not "
+                     "recorded", self.name, claim.name, claim.fire_time.isoformat(),
+                     claim.attempt, refused)
+        events = self.scheduler.events
+        if LeaseLost in events.wanted:
+            events.emit(LeaseLost(claim.name, claim.fire_time, claim.attempt, refused))
+
+    def complete(self, claim: Claim, result: str) -> None:
+        """A run ended (on a pool thread): record it, fenced; retried by the loop on error."""
+        with self.lock:
+            self.in_flight.pop((claim.name, claim.version), None)
+        try:
+            done = self.store.complete(claim, result)
+        except Exception as exc:
+            self._failed("complete", exc)
+            with self.lock:
+                self.retry_completions.append((claim, result))
+            self.nudge()
+            return
+        self._completed(claim, done)
+        self.nudge()  # the record may be due again already
+
+    def _completed(self, claim: Claim, done: bool) -> None:
+        if done:
+            with self.lock:  # pool threads and the loop count here
+                self.completed += 1
+        else:
+            self._lease_lost(claim, "complete")
+
+    def _retry_completions(self) -> None:
+        with self.lock:
+            pending, self.retry_completions = self.retry_completions, []
+        for i, (claim, result) in enumerate(pending):
+            try:
+                done = self.store.complete(claim, result)
+            except Exception:
+                with self.lock:
+                    self.retry_completions[:0] = pending[i:]
+                raise
+            self._completed(claim, done)
+
+    def _failed(self, what: str, exc: Exception) -> None:
+        self.store_errors += 1
+        error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:500]
+        if self.healthy or error != self.last_error:
+            logger.error("%s: the schedule store %s failed (%s): %s; retrying with backoff",
+                         self.name, self.store.display_url, what, error)
+        self.healthy = False
+        self.last_error = error
+
+    def _take_snapshot(self) -> None:
+        records = self.store.records()
+        with self.lock:
+            jobs = dict(self.jobs)
+        out = []
+        for record in records:
+            job = jobs.get(record.name)
+            if job is not None:
+                self._refresh_job(job, record)
+            try:
+                trigger = trigger_of(record.definition.trigger).describe()
+            except Exception as exc:  # a trigger this version cannot read
+                trigger = f"<unreadable: {exc}>"
+            out.append(StoredSchedule(
+                record.name, trigger, record.definition.target, job is not None,
+                record.paused, _iso(record.next_fire), record.owner, _iso(record.lease_until),
+                dict(record.counters), _iso(record.last_fire), record.last_result))
+        self.snapshot = tuple(out)
+        corrupt = tuple(self.store.corrupt())
+        for name, reason in sorted(set(corrupt) - set(self.corrupt)):
+            logger.error("%s: stored schedule %r cannot be read and is skipped: %s", self.name,
+                         name, reason)
+        self.corrupt = corrupt
+
+    def _refresh_job(self, job: Job, record: ScheduleRecord) -> None:
+        wall = job._wall
+        if wall is not None:
+            wall.set_fire(record.next_fire)
+            wall.last_fire = record.last_fire
+        job._paused = record.paused
+
+    def _finish(self) -> None:
+        """Closing: wait for the runs in progress to record their end, then let go."""
+        pool = self.scheduler.pool
+        me = threading.current_thread()
+        for thread in list(pool.threads if pool is not None else ()):
+            if thread is not me and thread.ident is not None:
+                thread.join()
+        try:
+            self._retry_completions()
+        except Exception as exc:
+            logger.error("%s: %d completion(s) not recorded at shutdown (%s): their lease "
+                         "expires and on_crash settles them", self.name,
+                         len(self.retry_completions), exc)
+        self.release()
+
+    def release(self) -> None:
+        """Close the store if the service opened it (from its URL)."""
+        if self.owned:
+            try:
+                self.store.close()
+            except Exception:
+                logger.exception("%s: closing the schedule store failed", self.name)
+
+    def run_claim(self, claim: Claim) -> None:
+        """Run one claimed fire time (on a pool thread) and record its end."""
+        scheduler = self.scheduler
+        definition = claim.definition
+        with self.lock:
+            job = self.jobs.get(claim.name)
+        try:
+            fn = resolve_target(definition.target)
+        except Exception as exc:
+            logger.error("%s: stored schedule %r: its target %s does not import here (%s)",
+                         self.name, claim.name, definition.target, exc)
+            self.complete(claim, f"error: {type(exc).__name__}: {exc}"[:500])
+            return
+        if job is None:
+            job = self._undeclared_job(claim.name, fn, definition)
+        clock = scheduler.clock
+        monotonic = scheduler.monotonic
+        start = monotonic()
+        # Lateness against the store's clock (the offset measured at the latest read).
+        lateness = clock.time() + self.offset - claim.fire_time.timestamp()
+        call = functools.partial(fn, *definition.args, **definition.kwargs)
+        if job._wall is not None:
+            job._wall.last_fire = claim.fire_time
+        failed, _ = job._run_once(start, start - max(0.0, lateness), monotonic,
+                                  RunInfo(claim.name, claim.fire_time, claim.attempt), call)
+        result = "ok" if not failed else f"error: {job._last_error}"[:500]
+        self.complete(claim, result)
+        if failed and definition.options.get("on_error") == "stop":
+            job._stopped = True
+            self.post(("control", claim.name, "pause"))
+
+    def _undeclared_job(self, name: str, fn: Callable[..., object],
+                        definition: ScheduleDefinition) -> Job:
+        from .job import NO_PUBLIC_CONSTRUCTOR, Job
+        from .wallclock import WallState
+
+        trigger = trigger_of(definition.trigger)
+        wall = WallState(trigger, "latest", 100, None, None)
+        job = Job(NO_PUBLIC_CONSTRUCTOR, self.scheduler, fn, (), name, float("inf"), 0.0, 0.0,
+                  0.0, "continue", "skip", 0.0, False, "", wall)
+        job._stored = StoredLink(self, definition)
+        return job
+
+
+def _on_crash(record: ScheduleRecord) -> Literal["drop", "rerun"]:
+    return "rerun" if record.definition.options.get("on_crash") == "rerun" else "drop"
+
+
+@final
+class _StoredRun:
+    """A pool work item: one claimed fire time."""
+
+    __slots__ = ("claim", "loop")
+
+    def __init__(self, loop: StoreLoop, claim: Claim) -> None:
+        self.loop = loop
+        self.claim = claim
+
+    def run(self) -> None:
+        self.loop.run_claim(self.claim)

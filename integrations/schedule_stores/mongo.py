@@ -1,0 +1,231 @@
+"""The MongoDB schedule store (pymongo): many processes on many machines, one collection.
+
+Time is the server's: every claim first reads the server's ``localTime`` (the ``hello``
+command), and "due" and "lease expired" are decided with it. A batch of claims is one
+``bulk_write`` of updates, each conditional on its record's version and stamped with this
+batch's token; one ``find`` of that token then says which of them this process won. A process
+that lost a race to another simply finds its update matched nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, final
+
+import pymongo
+from pymongo import UpdateOne
+from pymongo.errors import PyMongoError
+
+from executors._service.store import (
+    FORMAT_VERSION,
+    Claim,
+    Declared,
+    OnCrash,
+    Planner,
+    ScheduleDefinition,
+    ScheduleRecord,
+    StoreFormatError,
+    finish_record,
+    from_epoch,
+    new_record,
+    record_fields,
+    record_from_fields,
+    redeclared,
+    settle_claim,
+    to_epoch,
+)
+from executors._urls import redact
+
+__all__ = ("MongoScheduleStore",)
+
+_COLLECTION = "executors_schedules"
+_META = "executors_meta"
+
+
+def _to_doc(record: ScheduleRecord) -> dict[str, Any]:
+    fields = record_fields(record)
+    return {"_id": fields.pop("name"), **fields}
+
+
+def _from_doc(doc: Mapping[str, Any]) -> ScheduleRecord:
+    fields = {k: v for k, v in doc.items() if k not in ("_id", "claim_token")}
+    return record_from_fields({"name": doc.get("_id"), **fields})
+
+
+@final
+class MongoScheduleStore:
+    """Schedules in a MongoDB collection (a real ``mongod`` or nx-27017).
+
+    Args:
+        url: a ``mongodb://`` URL; its path names the database (default ``executors``).
+        connect_timeout: seconds to find the server at start.
+
+    Raises:
+        ConnectionError: the server cannot be reached (naming the URL, password hidden).
+        StoreFormatError: the collection was written by a newer format.
+    """
+
+    def __init__(self, url: str, *, connect_timeout: float = 10.0) -> None:
+        self.display_url = redact(url)
+        ms = int(connect_timeout * 1000)
+        self._client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
+            url, serverSelectionTimeoutMS=ms, connectTimeoutMS=ms)
+        try:
+            db = self._client.get_default_database("executors")
+            self._records = db[_COLLECTION]
+            meta = db[_META]
+            meta.update_one({"_id": "format"}, {"$setOnInsert": {"value": FORMAT_VERSION}},
+                            upsert=True)
+            stored = meta.find_one({"_id": "format"})
+        except PyMongoError as exc:
+            self._client.close()
+            reason = " ".join(str(exc).split())
+            raise ConnectionError(f"cannot reach the schedule store {self.display_url}: "
+                                  f"{reason}") from None
+        version = int((stored or {}).get("value", FORMAT_VERSION))
+        if version > FORMAT_VERSION:
+            self._client.close()
+            raise StoreFormatError(
+                f"{self.display_url} was written by store format {version}; this version of "
+                f"executors reads format {FORMAT_VERSION} and older: upgrade executors")
+        self._records.create_index([("next_fire", pymongo.ASCENDING)])
+
+    def __repr__(self) -> str:
+        return f"<MongoScheduleStore {self.display_url!r}>"
+
+    def now(self) -> dt.datetime:
+        local: dt.datetime = self._client.admin.command("hello")["localTime"]
+        # pymongo decodes BSON dates as naive UTC (tz_aware=False by default).
+        return local.replace(tzinfo=dt.UTC) if local.tzinfo is None else local
+
+    def declare(self, definition: ScheduleDefinition,
+                first_fire: Callable[[dt.datetime], dt.datetime | None]) -> Declared:
+        digest = definition.digest()
+        while True:
+            doc = self._records.find_one({"_id": definition.name})
+            old = None if doc is None else _from_doc(doc)
+            if old is not None and old.digest == digest:
+                return Declared(old, "unchanged")
+            record = new_record(definition, first_fire(self.now()))
+            if old is None:
+                try:
+                    self._records.insert_one(_to_doc(record))
+                except pymongo.errors.DuplicateKeyError:
+                    continue  # another process declared it first: read theirs
+                return Declared(record, "added")
+            record = redeclared(old, definition, record.next_fire)
+            if self._replace(record, old.version):
+                return Declared(record, "changed")
+
+    def _replace(self, record: ScheduleRecord, version: int,
+                 extra: Mapping[str, object] | None = None) -> bool:
+        doc = _to_doc(record)
+        doc.pop("_id")
+        result = self._records.update_one({"_id": record.name, "version": version},
+                                          {"$set": {**doc, **(extra or {})}})
+        return result.matched_count == 1
+
+    def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
+              on_crash: Callable[[ScheduleRecord], OnCrash]) -> list[Claim]:
+        now = self.now()
+        at = to_epoch(now)
+        # Two queries, not one ``$or``: nx-27017 (the tests' server) answers ``$or`` with
+        # nothing. Expired leases are rare, and both queries use the store's `at`.
+        docs = list(self._records.find(
+            {"running_fire": {"$ne": None}, "lease_until": {"$lt": at}}).limit(limit))
+        docs += self._records.find(
+            {"paused": False, "running_fire": None, "next_fire": {"$lte": at}},
+        ).sort("next_fire", pymongo.ASCENDING).limit(limit - len(docs))
+        token = uuid.uuid4().hex
+        updates: list[UpdateOne] = []
+        pending: dict[str, Claim] = {}
+        for doc in docs:
+            try:
+                record = _from_doc(doc)
+            except StoreFormatError:
+                continue  # reported by corrupt(); the others still run
+            settled = settle_claim(record, owner, now, lease, planner, on_crash)
+            if settled is None:
+                continue
+            new_doc = _to_doc(settled[0])
+            new_doc.pop("_id")
+            updates.append(UpdateOne({"_id": record.name, "version": record.version},
+                                     {"$set": {**new_doc, "claim_token": token}}))
+            if settled[1] is not None:
+                pending[record.name] = settled[1]
+        if not updates:
+            return []
+        self._records.bulk_write(updates, ordered=False)
+        if not pending:
+            return []
+        # Which conditional updates matched is what the token says: those are ours.
+        won = {d["_id"] for d in self._records.find(
+            {"claim_token": token, "_id": {"$in": list(pending)}}, {"_id": 1})}
+        return [claim for name, claim in pending.items() if name in won]
+
+    def next_due(self) -> tuple[dt.datetime, dt.datetime | None]:
+        now = self.now()
+        found: list[float] = []
+        for query, key in (({"paused": False, "running_fire": None}, "next_fire"),
+                           ({"running_fire": {"$ne": None}}, "lease_until")):
+            found.extend(float(doc[key]) for doc in self._records.find(
+                {**query, key: {"$ne": None}}, {key: 1}).sort(key, pymongo.ASCENDING).limit(1))
+        return now, from_epoch(min(found)) if found else None
+
+    def renew(self, claim: Claim, lease: float) -> bool:
+        until = to_epoch(self.now()) + lease
+        result = self._records.update_one({"_id": claim.name, "version": claim.version},
+                                          {"$set": {"lease_until": until}})
+        return result.matched_count == 1
+
+    def complete(self, claim: Claim, result: str) -> bool:
+        doc = self._records.find_one({"_id": claim.name, "version": claim.version})
+        if doc is None:
+            return False
+        return self._replace(finish_record(_from_doc(doc), result), claim.version)
+
+    def _change(self, name: str, **changes: object) -> bool:
+        while True:
+            doc = self._records.find_one({"_id": name})
+            if doc is None:
+                return False
+            record = _from_doc(doc)
+            updated = dataclasses.replace(record, version=record.version + 1,
+                                          **changes)  # type: ignore[arg-type]
+            if self._replace(updated, record.version):
+                return True
+
+    def set_paused(self, name: str, paused: bool) -> bool:
+        return self._change(name, paused=paused)
+
+    def set_next_fire(self, name: str, next_fire: dt.datetime | None) -> bool:
+        return self._change(name, next_fire=next_fire)
+
+    def remove(self, name: str) -> bool:
+        return self._records.delete_one({"_id": name}).deleted_count == 1
+
+    def get(self, name: str) -> ScheduleRecord | None:
+        doc = self._records.find_one({"_id": name})
+        return None if doc is None else _from_doc(doc)
+
+    def _decoded(self) -> list[tuple[str, ScheduleRecord | str]]:
+        out: list[tuple[str, ScheduleRecord | str]] = []
+        for doc in self._records.find().sort("_id", pymongo.ASCENDING):
+            try:
+                out.append((str(doc["_id"]), _from_doc(doc)))
+            except StoreFormatError as exc:
+                out.append((str(doc["_id"]), str(exc)))
+        return out
+
+    def records(self) -> list[ScheduleRecord]:
+        return [r for _, r in self._decoded() if isinstance(r, ScheduleRecord)]
+
+    def corrupt(self) -> list[tuple[str, str]]:
+        return [(name, r) for name, r in self._decoded() if isinstance(r, str)]
+
+    def close(self) -> None:
+        self._client.close()
+

@@ -1,0 +1,300 @@
+"""The PostgreSQL schedule store (psycopg 3): many processes on many machines, one table.
+
+Time is the server's: "due" and "lease expired" are decided with ``now()`` in the statement
+that decides. A claim is one transaction: ``SELECT ... FOR UPDATE SKIP LOCKED`` takes up to
+`limit` due rows no other claimer holds (so N processes claim disjoint batches side by side,
+instead of queueing on the same rows), the plans are computed here, and one ``UPDATE ... FROM
+(VALUES ...)`` writes them, each conditional on its row's version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, final
+
+import psycopg
+
+from executors._service.store import (
+    FORMAT_VERSION,
+    Claim,
+    Declared,
+    OnCrash,
+    Planner,
+    ScheduleDefinition,
+    ScheduleRecord,
+    StoreFormatError,
+    finish_record,
+    from_epoch,
+    new_record,
+    record_fields,
+    record_from_fields,
+    redeclared,
+    settle_claim,
+)
+from executors._urls import redact
+
+__all__ = ("PostgresScheduleStore",)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS executors_meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS executors_schedules (
+    name         TEXT PRIMARY KEY,
+    definition   JSONB NOT NULL,
+    digest       TEXT NOT NULL,
+    paused       BOOLEAN NOT NULL DEFAULT FALSE,
+    next_fire    DOUBLE PRECISION,
+    version      BIGINT NOT NULL,
+    owner        TEXT,
+    lease_until  DOUBLE PRECISION,
+    running_fire DOUBLE PRECISION,
+    attempt      INTEGER NOT NULL DEFAULT 0,
+    state        JSONB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS executors_schedules_due
+    ON executors_schedules (next_fire) WHERE NOT paused;
+"""
+# The server's clock, in epoch seconds rounded to the microsecond (as instants are here).
+_NOW = "round(extract(epoch from now())::numeric, 6)::double precision"
+_COLUMNS = ("name, definition, digest, paused, next_fire, version, owner, lease_until, "
+            "running_fire, attempt, state")
+_SET = ("definition = v.definition::jsonb, digest = v.digest, paused = v.paused, "
+        "next_fire = v.next_fire, version = v.version, owner = v.owner, "
+        "lease_until = v.lease_until, running_fire = v.running_fire, attempt = v.attempt, "
+        "state = v.state::jsonb")
+
+
+def _decode(row: tuple[Any, ...]) -> ScheduleRecord:
+    state = row[10] if isinstance(row[10], dict) else {}
+    return record_from_fields({
+        "name": row[0], "definition": row[1], "digest": row[2], "paused": row[3],
+        "next_fire": row[4], "version": row[5], "owner": row[6], "lease_until": row[7],
+        "running_fire": row[8], "attempt": row[9], **state})
+
+
+def _encode(record: ScheduleRecord) -> tuple[object, ...]:
+    f = record_fields(record)
+    state = {"counters": f["counters"], "last_result": f["last_result"],
+             "last_fire": f["last_fire"]}
+    return (f["name"], json.dumps(f["definition"]), f["digest"], record.paused, f["next_fire"],
+            f["version"], f["owner"], f["lease_until"], f["running_fire"], f["attempt"],
+            json.dumps(state))
+
+
+@final
+class PostgresScheduleStore:
+    """Schedules in a PostgreSQL table.
+
+    Args:
+        url: a ``postgresql://`` URL (libpq's connection string).
+        connect_timeout: seconds to reach the server at start.
+
+    Raises:
+        ConnectionError: the server cannot be reached (naming the URL, password hidden).
+        StoreFormatError: the table was written by a newer format.
+    """
+
+    def __init__(self, url: str, *, connect_timeout: float = 10.0) -> None:
+        self._url = url
+        self.display_url = redact(url)
+        self._connect_timeout = max(1, round(connect_timeout))
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: list[psycopg.Connection[Any]] = []
+        try:
+            with self._tx() as cur:
+                cur.execute("SELECT pg_advisory_xact_lock(727274)")  # one schema maker at once
+                cur.execute(_SCHEMA)
+                cur.execute("INSERT INTO executors_meta VALUES ('format', %s) "
+                            "ON CONFLICT (key) DO NOTHING", (str(FORMAT_VERSION),))
+                cur.execute("SELECT value FROM executors_meta WHERE key = 'format'")
+                row = cur.fetchone()
+        except psycopg.OperationalError as exc:
+            self.close()
+            reason = " ".join(str(exc).split())  # libpq's message spans lines
+            raise ConnectionError(f"cannot reach the schedule store {self.display_url}: "
+                                  f"{reason}") from None
+        version = int(row[0]) if row else FORMAT_VERSION
+        if version > FORMAT_VERSION:
+            self.close()
+            raise StoreFormatError(
+                f"{self.display_url} was written by store format {version}; this version of "
+                f"executors reads format {FORMAT_VERSION} and older: upgrade executors")
+
+    def __repr__(self) -> str:
+        return f"<PostgresScheduleStore {self.display_url!r}>"
+
+    def _conn(self) -> psycopg.Connection[Any]:
+        """This thread's connection (a connection runs one transaction at a time)."""
+        conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
+        # A connection never crosses a fork: a forked child opens its own.
+        if conn is None or conn.closed or getattr(self._local, "pid", None) != os.getpid():
+            conn = psycopg.connect(self._url, connect_timeout=self._connect_timeout)
+            self._local.conn = conn
+            self._local.pid = os.getpid()
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    @contextmanager
+    def _tx(self) -> Iterator[psycopg.Cursor[Any]]:
+        conn = self._conn()
+        with conn.transaction(), conn.cursor() as cur:
+            yield cur
+
+    def now(self) -> dt.datetime:
+        with self._tx() as cur:
+            cur.execute(f"SELECT {_NOW}")
+            row = cur.fetchone()
+        assert row is not None
+        return from_epoch(float(row[0]))
+
+    def _read(self, cur: psycopg.Cursor[Any], name: str, *, lock: bool = False,
+              ) -> ScheduleRecord | None:
+        cur.execute(f"SELECT {_COLUMNS} FROM executors_schedules WHERE name = %s"
+                    + (" FOR UPDATE" if lock else ""), (name,))
+        row = cur.fetchone()
+        return None if row is None else _decode(row)
+
+    def _write(self, cur: psycopg.Cursor[Any], records: list[tuple[ScheduleRecord, int]],
+               ) -> set[str]:
+        """Write each record if its row still has the version given; the names written."""
+        if not records:
+            return set()
+        row = ("(%s, %s, %s, %s, %s::float8, %s::bigint, %s, %s::float8, %s::float8, "
+               "%s::int, %s, %s::bigint)")
+        values = ", ".join([row] * len(records))
+        params = [p for record, old in records for p in (*_encode(record), old)]
+        cur.execute(
+            f"UPDATE executors_schedules AS s SET {_SET} FROM (VALUES {values}) AS "
+            "v(name, definition, digest, paused, next_fire, version, owner, lease_until, "
+            "running_fire, attempt, state, old_version) "
+            "WHERE s.name = v.name AND s.version = v.old_version RETURNING s.name", params)
+        return {row[0] for row in cur.fetchall()}
+
+    def declare(self, definition: ScheduleDefinition,
+                first_fire: Callable[[dt.datetime], dt.datetime | None]) -> Declared:
+        digest = definition.digest()
+        with self._tx() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (definition.name,))
+            old = self._read(cur, definition.name, lock=True)
+            if old is not None and old.digest == digest:
+                return Declared(old, "unchanged")
+            cur.execute(f"SELECT {_NOW}")
+            row = cur.fetchone()
+            assert row is not None
+            record = new_record(definition, first_fire(from_epoch(float(row[0]))))
+            if old is None:
+                cur.execute(f"INSERT INTO executors_schedules ({_COLUMNS}) VALUES "
+                            "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", _encode(record))
+                return Declared(record, "added")
+            record = redeclared(old, definition, record.next_fire)
+            self._write(cur, [(record, old.version)])
+            return Declared(record, "changed")
+
+    def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
+              on_crash: Callable[[ScheduleRecord], OnCrash]) -> list[Claim]:
+        with self._tx() as cur:
+            cur.execute(
+                f"SELECT {_COLUMNS}, {_NOW} FROM executors_schedules "
+                f"WHERE (NOT paused AND running_fire IS NULL AND next_fire <= {_NOW}) "
+                f"   OR (running_fire IS NOT NULL AND lease_until < {_NOW}) "
+                "ORDER BY COALESCE(running_fire, next_fire) LIMIT %s "
+                "FOR UPDATE SKIP LOCKED", (limit,))
+            rows = cur.fetchall()
+            writes: list[tuple[ScheduleRecord, int]] = []
+            pending: dict[str, Claim] = {}
+            for row in rows:
+                try:
+                    record = _decode(row[:11])
+                except StoreFormatError:
+                    continue  # reported by corrupt(); the others still run
+                settled = settle_claim(record, owner, from_epoch(float(row[11])), lease,
+                                       planner, on_crash)
+                if settled is None:
+                    continue
+                writes.append((settled[0], record.version))
+                if settled[1] is not None:
+                    pending[record.name] = settled[1]
+            won = self._write(cur, writes)
+        return [claim for name, claim in pending.items() if name in won]
+
+    def next_due(self) -> tuple[dt.datetime, dt.datetime | None]:
+        with self._tx() as cur:
+            cur.execute(
+                f"SELECT {_NOW}, (SELECT MIN(next_fire) FROM executors_schedules "
+                "WHERE NOT paused AND running_fire IS NULL), (SELECT MIN(lease_until) FROM "
+                "executors_schedules WHERE running_fire IS NOT NULL)")
+            row = cur.fetchone()
+        assert row is not None
+        earliest = min((float(x) for x in row[1:] if x is not None), default=None)
+        return from_epoch(float(row[0])), None if earliest is None else from_epoch(earliest)
+
+    def renew(self, claim: Claim, lease: float) -> bool:
+        with self._tx() as cur:
+            cur.execute(f"UPDATE executors_schedules SET lease_until = {_NOW} + %s "
+                        "WHERE name = %s AND version = %s", (lease, claim.name, claim.version))
+            return cur.rowcount == 1
+
+    def complete(self, claim: Claim, result: str) -> bool:
+        with self._tx() as cur:
+            record = self._read(cur, claim.name, lock=True)
+            if record is None or record.version != claim.version:
+                return False
+            return bool(self._write(cur, [(finish_record(record, result), record.version)]))
+
+    def _change(self, name: str, **changes: object) -> bool:
+        with self._tx() as cur:
+            record = self._read(cur, name, lock=True)
+            if record is None:
+                return False
+            updated = dataclasses.replace(record, version=record.version + 1,
+                                          **changes)  # type: ignore[arg-type]
+            return bool(self._write(cur, [(updated, record.version)]))
+
+    def set_paused(self, name: str, paused: bool) -> bool:
+        return self._change(name, paused=paused)
+
+    def set_next_fire(self, name: str, next_fire: dt.datetime | None) -> bool:
+        return self._change(name, next_fire=next_fire)
+
+    def remove(self, name: str) -> bool:
+        with self._tx() as cur:
+            cur.execute("DELETE FROM executors_schedules WHERE name = %s", (name,))
+            return cur.rowcount == 1
+
+    def get(self, name: str) -> ScheduleRecord | None:
+        with self._tx() as cur:
+            return self._read(cur, name)
+
+    def _decoded(self) -> list[tuple[str, ScheduleRecord | str]]:
+        with self._tx() as cur:
+            cur.execute(f"SELECT {_COLUMNS} FROM executors_schedules ORDER BY name")
+            rows = cur.fetchall()
+        out: list[tuple[str, ScheduleRecord | str]] = []
+        for row in rows:
+            try:
+                out.append((str(row[0]), _decode(row)))
+            except StoreFormatError as exc:
+                out.append((str(row[0]), str(exc)))
+        return out
+
+    def records(self) -> list[ScheduleRecord]:
+        return [r for _, r in self._decoded() if isinstance(r, ScheduleRecord)]
+
+    def corrupt(self) -> list[tuple[str, str]]:
+        return [(name, r) for name, r in self._decoded() if isinstance(r, str)]
+
+    def close(self) -> None:
+        with self._lock:
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            conn.close()

@@ -1,0 +1,82 @@
+"""Targets for schedules kept in a store (importable as ``helpers.stored_jobs:...``), and a
+worker process that serves a store until SIGTERM (``python -m helpers.stored_jobs ...``).
+
+Every run appends one JSON line to a log file opened with ``O_APPEND`` (one ``write`` per line:
+lines of concurrent processes never interleave, and a line written survives a SIGKILL).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+import executors
+
+__all__ = ("append", "hold", "record", "seen", "main")
+
+#: In-process runs of `seen` (for tests that run the service in the test process).
+SEEN: list[tuple[str, str, int]] = []
+
+
+def append(path: str, **fields: object) -> None:
+    """Append one JSON line to `path` (O_APPEND: atomic for lines this short)."""
+    line = (json.dumps(fields, sort_keys=True) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def _run_fields() -> dict[str, object]:
+    run = executors.current_run()
+    assert run is not None
+    return {"name": run.name, "fire": run.fire_time.isoformat(), "attempt": run.attempt,
+            "pid": os.getpid()}
+
+
+def record(path: str) -> None:
+    """One line per run: its name, fire time, attempt and pid."""
+    append(path, event="run", **_run_fields())
+
+
+def hold(path: str, seconds: float) -> None:
+    """A run that lasts `seconds`: a ``start`` line, the wait, an ``end`` line (a process
+    killed mid-run leaves a start without an end)."""
+    fields = _run_fields()
+    append(path, event="start", **fields)
+    time.sleep(seconds)  # the run's own work: a process may be killed or stopped meanwhile
+    append(path, event="end", **fields)
+
+
+def seen(tag: str) -> None:
+    """Remember the run in this process (`SEEN`)."""
+    run = executors.current_run()
+    assert run is not None
+    SEEN.append((tag, run.fire_time.isoformat(), run.attempt))
+
+
+def main(argv: list[str]) -> None:
+    """``URL LOG ON_CRASH PERIOD HOLD LEASE``: serve one schedule (every PERIOD seconds, each
+    run holding HOLD seconds) on the store at URL until SIGTERM; lost leases are logged."""
+    url, log, on_crash, period, held, lease = argv
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    svc = executors.BackgroundService("worker", store=url, store_lease=float(lease), workers=4)
+    svc.schedule(executors.Interval(float(period)), hold, log, float(held), name="tick",
+                 missed="all", on_crash=on_crash)  # type: ignore[arg-type]
+    svc.subscribe(lambda e: append(log, event="lease_lost", name=e.name,  # type: ignore[attr-defined]
+                                   fire=e.fire_time.isoformat(),  # type: ignore[attr-defined]
+                                   attempt=e.attempt, pid=os.getpid()),  # type: ignore[attr-defined]
+                  executors.LeaseLost)
+    with svc:
+        append(log, event="up", pid=os.getpid())
+        stop.wait()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

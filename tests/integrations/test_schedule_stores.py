@@ -1,0 +1,342 @@
+"""The schedule store contract, run against every store: memory, SQLite, MongoDB (nx-27017
+started by the tests, or the server of ``MONGODB_URI``) and PostgreSQL (a throwaway server
+from the installed binaries)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import multiprocessing
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.store_urls import empty_store_url
+
+from executors._service.sqlite_schedules import SQLiteScheduleStore
+from executors._service.store import (
+    FORMAT_VERSION,
+    Claim,
+    Plan,
+    ScheduleDefinition,
+    ScheduleRecord,
+    ScheduleStore,
+    StoreFormatError,
+    open_store,
+)
+from executors.testing import wait_until
+from integrations.schedule_stores.mongo import MongoScheduleStore
+from integrations.schedule_stores.postgres import PostgresScheduleStore
+
+PERIOD = dt.timedelta(seconds=1)
+
+
+def definition(name: str = "job", period: float = 1.0, **options: object) -> ScheduleDefinition:
+    return ScheduleDefinition(name, {"type": "interval", "seconds": period},
+                              "tests.test_schedule_stores:target", [1, "a"], {"k": None},
+                              dict(options))
+
+
+def every_period(record: ScheduleRecord, now: dt.datetime) -> Plan:
+    """Run the latest due fire time, count the earlier ones as missed (``missed="latest"``)."""
+    assert record.next_fire is not None
+    fire, missed = record.next_fire, 0
+    while fire + PERIOD <= now:
+        fire += PERIOD
+        missed += 1
+    return Plan(fire, fire + PERIOD, missed)
+
+
+def drop(record: ScheduleRecord) -> str:
+    return "drop"
+
+
+def rerun(record: ScheduleRecord) -> str:
+    return "rerun"
+
+
+def claim(store: ScheduleStore, owner: str = "p1", *, lease: float = 30.0, limit: int = 100,
+          on_crash: Callable[[ScheduleRecord], str] = drop) -> list[Claim]:
+    return store.claim(owner, lease=lease, limit=limit, planner=every_period,
+                       on_crash=on_crash)  # type: ignore[arg-type]
+
+
+def declare_due(store: ScheduleStore, name: str = "job", ago: float = 0.0) -> ScheduleRecord:
+    """Declare `name` with its first fire time `ago` seconds before the store's now."""
+    result = store.declare(definition(name),
+                           lambda now: now - dt.timedelta(seconds=ago))
+    return result.record
+
+
+@pytest.fixture(params=["memory", "sqlite", "mongodb", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL of an empty store of each kind."""
+    return empty_store_url(request.param, request, tmp_path)
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[ScheduleStore]:
+    made = open_store(store_url)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def test_declare_adds_keeps_unchanged_state_and_replaces_a_changed_definition(
+        store: ScheduleStore) -> None:
+    """An unchanged declaration keeps the stored state (next fire, pause, counters); a changed
+    one replaces the definition and keeps the pause and the counters."""
+    added = store.declare(definition(), lambda now: now + dt.timedelta(hours=1))
+    assert added.outcome == "added" and added.record.version == 1
+    assert store.set_paused("job", True)
+    again = store.declare(definition(), lambda now: now)  # would move next_fire if used
+    assert again.outcome == "unchanged"
+    assert again.record.next_fire == added.record.next_fire and again.record.paused
+    changed = store.declare(definition(period=2.0), lambda now: now)
+    assert changed.outcome == "changed" and changed.record.paused
+    assert changed.record.definition.trigger == {"type": "interval", "seconds": 2.0}
+    assert changed.record.version > again.record.version
+
+
+def test_a_definition_round_trips_as_plain_data(store: ScheduleStore) -> None:
+    """What is declared is what is read back: JSON data, no pickles."""
+    store.declare(definition(), lambda now: now)
+    record = store.get("job")
+    assert record is not None and record.definition == definition()
+    json.dumps(record.definition.as_data())
+
+
+def test_a_definition_that_is_not_json_is_refused_naming_the_schedule() -> None:
+    """A non-JSON argument (or NaN) is refused with the schedule's name and the reason."""
+    bad = ScheduleDefinition("bad", {"type": "date"}, "m:f", [object()])
+    with pytest.raises(ValueError, match="'bad' is not plain JSON"):
+        bad.digest()
+    with pytest.raises(ValueError, match="'nan' is not plain JSON"):
+        ScheduleDefinition("nan", {"type": "date"}, "m:f", [float("nan")]).digest()
+
+
+def test_claim_takes_a_due_fire_time_once_and_moves_the_record_forward(
+        store: ScheduleStore) -> None:
+    """A due fire time is claimed once: the next claim finds the record not due."""
+    first = declare_due(store)
+    claims = claim(store)
+    assert [c.fire_time for c in claims] == [first.next_fire]
+    assert claims[0].attempt == 1 and claims[0].definition == definition()
+    assert claim(store, "p2") == []
+    record = store.get("job")
+    assert record is not None and record.owner == "p1" and record.running_fire == first.next_fire
+    assert record.next_fire == first.next_fire + PERIOD  # type: ignore[operator]
+
+
+def test_claim_applies_the_plan_once_counting_misses(store: ScheduleStore) -> None:
+    """Five fire times overdue: one claim runs the latest and counts four missed, once."""
+    first = declare_due(store, ago=4.5)
+    claims = claim(store)
+    assert len(claims) == 1
+    assert claims[0].fire_time == first.next_fire + 4 * PERIOD  # type: ignore[operator]
+    record = store.get("job")
+    assert record is not None and record.counters["missed"] == 4
+
+
+def test_claim_skips_paused_not_due_and_leased_records_and_honours_the_limit(
+        store: ScheduleStore) -> None:
+    """Paused and future records are not claimed; a batch claims at most `limit`."""
+    for i in range(5):
+        declare_due(store, f"due{i}")
+    store.declare(definition("future"), lambda now: now + dt.timedelta(hours=1))
+    declare_due(store, "paused")
+    store.set_paused("paused", True)
+    batch = claim(store, limit=3)
+    assert len(batch) == 3
+    rest = claim(store, limit=100)
+    assert sorted(c.name for c in batch + rest) == [f"due{i}" for i in range(5)]
+
+
+def test_completion_is_fenced_by_the_claims_version(store: ScheduleStore) -> None:
+    """`complete` clears the lease and counts the run; a second (stale) completion is refused."""
+    declare_due(store)
+    (c,) = claim(store)
+    assert store.complete(c, "ok")
+    assert not store.complete(c, "ok")
+    record = store.get("job")
+    assert record is not None and record.owner is None and record.running_fire is None
+    assert record.counters["runs"] == 1 and record.last_result == "ok"
+    assert record.last_fire == c.fire_time
+
+
+def test_a_crashed_owners_run_is_dropped_once_and_its_late_completion_refused(
+        store: ScheduleStore) -> None:
+    """on_crash="drop": once the lease expires, the run is counted lost by the next claim;
+    the stale owner's completion is then refused (the record moved on)."""
+    declare_due(store)
+    (c,) = claim(store, "stale", lease=0.05)
+    wait_until(lambda: store.now() > c.lease_until, 5)
+    assert claim(store, "p2") == []
+    record = store.get("job")
+    assert record is not None and record.counters["lost"] == 1 and record.last_result == "lost"
+    assert record.running_fire is None
+    assert not store.complete(c, "ok")
+    assert not store.renew(c, 30)
+
+
+def test_a_crashed_owners_run_is_rerun_once_with_the_next_attempt(store: ScheduleStore) -> None:
+    """on_crash="rerun": the same fire time goes to one other owner with attempt 2."""
+    declare_due(store)
+    (c,) = claim(store, "stale", lease=0.05)
+    wait_until(lambda: store.now() > c.lease_until, 5)
+    (again,) = claim(store, "p2", on_crash=rerun)
+    assert again.fire_time == c.fire_time and again.attempt == 2
+    assert claim(store, "p3", on_crash=rerun) == []
+    assert not store.complete(c, "ok")
+    assert store.complete(again, "ok")
+
+
+def test_renew_extends_a_live_lease(store: ScheduleStore) -> None:
+    """A renewed lease is not settled as a crash."""
+    declare_due(store)
+    (c,) = claim(store, lease=0.3)
+    assert store.renew(c, 30)
+    record = store.get("job")
+    assert record is not None and record.lease_until is not None
+    assert record.lease_until > c.lease_until
+    assert claim(store, "p2") == []
+
+
+def test_pause_resume_reschedule_and_remove(store: ScheduleStore) -> None:
+    """The control operations change the record and say whether it existed."""
+    declare_due(store)
+    assert store.set_paused("job", True) and claim(store) == []
+    assert store.set_paused("job", False)
+    later = store.now() + dt.timedelta(hours=1)
+    assert store.set_next_fire("job", later) and claim(store) == []
+    assert store.remove("job") and store.get("job") is None
+    assert not store.remove("job") and not store.set_paused("job", True)
+    assert not store.set_next_fire("job", later)
+
+
+def _race(url: str, owner: str, out: multiprocessing.Queue[list[str]],
+          start: Any) -> None:
+    s = open_store(url)
+    start.wait()
+    got: list[str] = []
+    for _ in range(50):
+        got.extend(f"{c.name}@{c.fire_time.isoformat()}" for c in claim(s, owner, limit=7))
+    out.put(got)
+    s.close()
+
+
+def test_processes_racing_on_one_store_claim_each_fire_time_once(shared_store_url: str) -> None:
+    """Four real processes claim 40 due records of one store at once: each exactly once."""
+    store_url = shared_store_url
+    s = open_store(store_url)
+    for i in range(40):
+        declare_due(s, f"job{i}")
+    s.close()
+    ctx = multiprocessing.get_context("spawn")
+    out: multiprocessing.Queue[list[str]] = ctx.Queue()
+    start = ctx.Event()
+    procs = [ctx.Process(target=_race, args=(store_url, f"p{i}", out, start)) for i in range(4)]
+    for p in procs:
+        p.start()
+    start.set()
+    claimed = [c for _ in procs for c in out.get(timeout=60)]
+    for p in procs:
+        p.join(30)
+    assert len(claimed) == 40 and len(set(claimed)) == 40
+
+
+def test_threads_racing_on_one_store_claim_each_fire_time_once(store: ScheduleStore) -> None:
+    """Eight threads claim 200 due records at once: each exactly once."""
+    for i in range(200):
+        declare_due(store, f"job{i}")
+    claimed: list[str] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(8)
+
+    def worker(owner: str) -> None:
+        barrier.wait()
+        for _ in range(20):
+            got = claim(store, owner, limit=5)
+            with lock:
+                claimed.extend(c.name for c in got)
+
+    threads = [threading.Thread(target=worker, args=(f"t{i}",)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(claimed) == sorted(f"job{i}" for i in range(200))
+
+
+def test_sqlite_refuses_a_store_of_a_newer_format_naming_both(tmp_path: Path) -> None:
+    """A file written by a newer format is refused, naming both versions."""
+    path = str(tmp_path / "new.db")
+    SQLiteScheduleStore(path).close()
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("UPDATE executors_meta SET value = ? WHERE key = 'format'",
+                     (str(FORMAT_VERSION + 1),))
+    with pytest.raises(StoreFormatError,
+                       match=f"format {FORMAT_VERSION + 1}.*format {FORMAT_VERSION}"):
+        SQLiteScheduleStore(path)
+
+
+def test_sqlite_a_corrupt_record_is_reported_and_skipped(tmp_path: Path) -> None:
+    """One unreadable record is listed by `corrupt()`; the others are still claimed."""
+    path = str(tmp_path / "bad.db")
+    s = SQLiteScheduleStore(path)
+    declare_due(s, "good")
+    declare_due(s, "bad")
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("UPDATE executors_schedules SET definition = '{\"trigger\": 3}' "
+                     "WHERE name = 'bad'")
+    assert [c.name for c in claim(s)] == ["good"]
+    ((name, reason),) = s.corrupt()
+    assert name == "bad" and "'trigger' must be a dict" in reason
+    assert [r.name for r in s.records()] == ["good"]
+    s.close()
+
+
+def test_an_unknown_store_scheme_is_refused_naming_it_and_the_known_ones() -> None:
+    """A typo in the scheme names the scheme and lists the ones that exist."""
+    with pytest.raises(ValueError, match=r"'redis' is not one of: memory, mongodb.*sqlite"):
+        open_store("redis://localhost/0")
+    with pytest.raises(TypeError, match="store must be a URL or a store object"):
+        open_store(3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"names no file.*sqlite:///jobs\.db"):
+        open_store("sqlite://")
+
+
+@pytest.mark.parametrize("url", ["mongodb://alice:s3cret@127.0.0.1:{port}/db",
+                                 "postgresql://alice:s3cret@127.0.0.1:{port}/db"])
+def test_an_unreachable_store_is_one_clear_error_with_the_password_hidden(url: str) -> None:
+    """Nothing listens there: one ConnectionError naming the URL, never the password."""
+    from executors.testing import free_port
+
+    target = url.format(port=free_port())
+    store_cls = MongoScheduleStore if target.startswith("mongodb") else PostgresScheduleStore
+    with pytest.raises(ConnectionError) as info:
+        store_cls(target, connect_timeout=1)
+    message = str(info.value)
+    assert "cannot reach the schedule store" in message and "alice:***@127.0.0.1" in message
+    assert "s3cret" not in message
+
+
+def test_next_due_is_the_earliest_claimable_instant_on_the_stores_clock(
+        store: ScheduleStore) -> None:
+    """next_due(): the store's now and the least next fire of unpaused idle records, or the
+    least lease end of runs in progress; None for an empty store."""
+    now, earliest = store.next_due()
+    assert earliest is None and now.tzinfo is not None
+    store.declare(definition("later"), lambda now: now + dt.timedelta(hours=2))
+    first = store.declare(definition("soon"), lambda now: now + dt.timedelta(hours=1))
+    store.declare(definition("paused"), lambda now: now + dt.timedelta(minutes=1))
+    store.set_paused("paused", True)
+    assert store.next_due()[1] == first.record.next_fire
+    declare_due(store, "running")
+    (c,) = claim(store, lease=600)
+    assert store.next_due()[1] == c.lease_until

@@ -1,0 +1,341 @@
+"""BackgroundService with a store: schedules as data, declared by every process, each due fire
+time claimed once, the missed policy applied once, refusals with reasons."""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import stored_jobs
+
+from executors import (
+    BackgroundService,
+    Interval,
+    RunMissed,
+    ScheduleAdded,
+    ScheduleChanged,
+    ScheduleRemoved,
+    ServiceEvent,
+)
+from executors._service.sqlite_schedules import SQLiteScheduleStore
+from executors._service.store import MemoryStore
+from executors.testing import wait_until
+
+MINUTE = dt.timedelta(minutes=1)
+
+
+@pytest.fixture(autouse=True)
+def _clear_seen() -> Iterator[None]:
+    stored_jobs.SEEN.clear()
+    yield
+    stored_jobs.SEEN.clear()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'jobs.db'}"
+
+
+def _events(svc: BackgroundService) -> list[ServiceEvent]:
+    got: list[ServiceEvent] = []
+    svc.subscribe(got.append)
+    return got
+
+
+def local_function() -> None:
+    """A module-level function of this test module (importable)."""
+
+
+class Holder:
+    """Holds methods of each kind."""
+
+    def method(self) -> None:
+        """A method (bound to an object when scheduled)."""
+
+    @classmethod
+    def klass(cls) -> None:
+        """A classmethod (imports back as the same bound method)."""
+
+
+def test_a_lambda_a_closure_and_a_bound_method_are_refused_with_the_reason(db: str) -> None:
+    """Nothing that cannot be named as module:qualname and imported back is kept."""
+    def closure() -> None:
+        pass
+
+    with BackgroundService(store=db) as svc:
+        with pytest.raises(TypeError, match="is a lambda"):
+            svc.schedule(Interval(60), lambda: None, name="l")
+        with pytest.raises(TypeError, match="closure or a nested function"):
+            svc.schedule(Interval(60), closure, name="c")
+        with pytest.raises(TypeError, match="bound method of an object"):
+            svc.schedule(Interval(60), Holder().method, name="m")
+        with pytest.raises(TypeError, match="no __module__ and __qualname__"):
+            svc.schedule(Interval(60), functools.partial(local_function), name="p")
+        svc.schedule(Interval(60), Holder.klass, name="k")  # a classmethod imports back
+        assert [j.name for j in svc.jobs] == ["k"]
+
+
+def test_an_argument_that_is_not_json_is_refused_and_nothing_is_pickled(db: str) -> None:
+    """A non-JSON argument (an object, NaN) is refused naming the schedule; since= too."""
+    with BackgroundService(store=db) as svc:
+        with pytest.raises(TypeError, match="args of stored schedule 'x' must be JSON"):
+            svc.schedule(Interval(60), stored_jobs.seen, object(), name="x")
+        with pytest.raises(TypeError, match="'nan' must be JSON"):
+            svc.schedule(Interval(60), stored_jobs.seen, float("nan"), name="nan")
+        with pytest.raises(ValueError, match="since does not apply"):
+            svc.schedule(Interval(60), stored_jobs.seen, "a", name="s",
+                         since=dt.datetime.now(dt.UTC))
+        assert svc.jobs == ()
+
+
+def test_the_name_defaults_to_the_target_and_a_second_unnamed_one_is_refused(db: str) -> None:
+    """Unnamed, a stored schedule is called "module:qualname" (the same in every process)."""
+    with BackgroundService(store=db) as svc:
+        job = svc.schedule(Interval(60), stored_jobs.seen, "a")
+        assert job.name == "helpers.stored_jobs:seen"
+        with pytest.raises(ValueError, match="give each stored schedule"):
+            svc.schedule(Interval(60), stored_jobs.seen, "b")
+
+
+def test_declare_keeps_unchanged_state_updates_a_changed_one_and_keeps_the_undeclared(
+        db: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A restart with the same declaration keeps the stored state (pause, next fire); a
+    changed one is updated, logged and announced; one no process declares stays listed until
+    `unschedule` removes it."""
+    with BackgroundService("a", store=db) as svc:
+        events = _events(svc)
+        svc.schedule(Interval(3600), stored_jobs.seen, "a", name="hourly")
+        svc.schedule(Interval(60), stored_jobs.seen, "b", name="other")
+        wait_until(lambda: len(events) >= 2, 5)
+        assert [(type(e), e.name) for e in events] == [  # type: ignore[attr-defined]
+            (ScheduleAdded, "hourly"), (ScheduleAdded, "other")]
+        svc.jobs[0].pause()
+    store = SQLiteScheduleStore(db[10:])
+    wait_until(lambda: store.get("hourly").paused, 5)  # type: ignore[union-attr]
+    before = store.get("hourly")
+    assert before is not None and before.paused
+    with caplog.at_level(logging.WARNING, "executors.service"), \
+            BackgroundService("b", store=db) as svc:
+        events = _events(svc)
+        svc.schedule(Interval(3600), stored_jobs.seen, "a", name="hourly")  # unchanged
+        svc.schedule(Interval(120), stored_jobs.seen, "b", name="other")  # changed
+        wait_until(lambda: len(events) >= 1, 5)
+        assert [(type(e), e.name) for e in events] == [  # type: ignore[attr-defined]
+            (ScheduleChanged, "other")]
+        assert "schedule 'other' changed" in caplog.text
+        after = store.get("hourly")
+        assert after is not None and after.paused and after.next_fire == before.next_fire
+        assert after.version == before.version
+        assert store.get("other").definition.trigger["seconds"] == 120  # type: ignore[union-attr]
+    with BackgroundService("c", store=db) as svc:  # declares nothing
+        events = _events(svc)
+        wait_until(lambda: len(svc.status().store.schedules) == 2, 10)  # type: ignore[union-attr]
+        listed = svc.status().store.schedules  # type: ignore[union-attr]
+        assert [(s.name, s.declared) for s in listed] == [("hourly", False), ("other", False)]
+        assert svc.unschedule("other") and not svc.unschedule("other")
+        assert [r.name for r in store.records()] == ["hourly"]
+        wait_until(lambda: len(events) >= 1, 5)
+        assert isinstance(events[0], ScheduleRemoved) and events[0].reason == "removed"
+    store.close()
+
+
+def _restart_with(db: str, *, services: int, policy: str) -> list[ServiceEvent]:
+    """Declare an every-minute schedule, stop, move its next fire 180 minutes back, then
+    start `services` services on the store at once; wait for the first run."""
+    with BackgroundService("first", store=db) as svc:
+        svc.schedule(Interval(60), stored_jobs.seen, "r", name="minutely", missed=policy)  # type: ignore[arg-type]
+    store = SQLiteScheduleStore(db[10:])
+    record = store.get("minutely")
+    assert record is not None and record.next_fire is not None
+    assert store.set_next_fire("minutely", record.next_fire - 180 * MINUTE)
+    events: list[ServiceEvent] = []
+    svcs = [BackgroundService(f"s{i}", store=db) for i in range(services)]
+    for svc in svcs:
+        svc.subscribe(events.append, RunMissed)
+        svc.schedule(Interval(60), stored_jobs.seen, "r", name="minutely", missed=policy)  # type: ignore[arg-type]
+    for svc in svcs:
+        svc.start()
+    try:
+        wait_until(lambda: (r := store.get("minutely")) is not None and
+                   r.counters["missed"] + r.counters["runs"] >= 180, 10)
+    finally:
+        for svc in svcs:
+            svc.shutdown()
+    store.close()
+    return events
+
+
+def test_a_restart_applies_the_missed_policy_once_not_once_per_process(db: str) -> None:
+    """After 3 hours stopped, three processes start on the store: "latest" runs the latest
+    fire time once and counts 179 missed, once (one RunMissed among all of them)."""
+    events = _restart_with(db, services=3, policy="latest")
+    assert len(stored_jobs.SEEN) == 1 and stored_jobs.SEEN[0][0] == "r"
+    store = SQLiteScheduleStore(db[10:])
+    record = store.get("minutely")
+    assert record is not None
+    assert record.counters["missed"] == 179 and record.counters["runs"] == 1
+    assert [(e.count, e.ran, e.policy) for e in events] == [(179, 0, "latest")]  # type: ignore[attr-defined]
+    store.close()
+
+
+def test_a_restart_under_missed_skip_runs_the_latest_only(db: str) -> None:
+    """"skip" with no grace runs the latest due one (the store cannot tell a stop from being
+    behind) and counts the rest as missed, once across two services."""
+    _restart_with(db, services=2, policy="skip")
+    assert len(stored_jobs.SEEN) == 1
+
+
+def test_missed_all_runs_every_fire_time_once_across_services(tmp_path: Path) -> None:
+    """"all": 5 fire times overdue, two services: each runs once, in order, none twice."""
+    db = f"sqlite:///{tmp_path / 'all.db'}"
+    with BackgroundService("first", store=db) as svc:
+        svc.schedule(Interval(60), stored_jobs.seen, "a", name="m", missed="all")
+    store = SQLiteScheduleStore(db[10:])
+    record = store.get("m")
+    assert record is not None and record.next_fire is not None
+    store.set_next_fire("m", record.next_fire - 5 * MINUTE)
+    svcs = [BackgroundService(f"s{i}", store=db) for i in range(2)]
+    for svc in svcs:
+        svc.schedule(Interval(60), stored_jobs.seen, "a", name="m", missed="all")
+        svc.start()
+    try:
+        wait_until(lambda: len(stored_jobs.SEEN) >= 5, 10)
+    finally:
+        for svc in svcs:
+            svc.shutdown()
+    fires = [fire for _, fire, _ in stored_jobs.SEEN]
+    assert len(fires) == 5 and fires == sorted(set(fires))
+    store.close()
+
+
+def test_runs_know_their_fire_time_and_status_reports_the_store() -> None:
+    """A claimed run's current_run() is (name, fire_time on the trigger's grid, attempt 1);
+    status() has the store's health and counters, and the job's runs."""
+    store = MemoryStore()
+    with BackgroundService(store=store, store_lease=5) as svc:
+        job = svc.schedule(Interval(0.2), stored_jobs.seen, "t", name="fast")
+        wait_until(lambda: len(stored_jobs.SEEN) >= 2, 10)
+        status = svc.status()
+    assert status.healthy and status.store is not None and status.store.claims >= 2
+    assert status.store.url == "memory:" and status.store.lease_lost == 0
+    for tag, fire, attempt in stored_jobs.SEEN:
+        instant = dt.datetime.fromisoformat(fire)
+        assert tag == "t" and attempt == 1
+        assert (instant.timestamp() * 5) % 1 == pytest.approx(0, abs=1e-6)
+    assert job.statistics().runs >= 2
+    record = store.get("fast")
+    assert record is not None and record.counters["runs"] >= 2
+
+
+def test_pause_and_run_now_travel_through_the_store() -> None:
+    """Job.pause() pauses the stored schedule (no claims), wake() is run-now, cancel()
+    removes it from the store."""
+    store = MemoryStore()
+    with BackgroundService(store=store) as svc:
+        job = svc.schedule(Interval(3600), stored_jobs.seen, "p", name="hourly")
+        job.pause()
+        wait_until(lambda: store.get("hourly").paused, 5)  # type: ignore[union-attr]
+        job.resume()
+        wait_until(lambda: not store.get("hourly").paused, 5)  # type: ignore[union-attr]
+        job.wake()
+        wait_until(lambda: len(stored_jobs.SEEN) == 1, 5)
+        job.cancel()
+        wait_until(lambda: store.get("hourly") is None, 5)
+        wait_until(lambda: svc.jobs == (), 5)
+
+
+def test_an_unknown_scheme_and_a_non_store_are_refused() -> None:
+    """A typo in the URL or a wrong object: a clear error at construction."""
+    with pytest.raises(ValueError, match="'redis' is not one of"):
+        BackgroundService(store="redis://x")
+    with pytest.raises(TypeError, match="store must be a URL"):
+        BackgroundService(store=3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="store_lease"):
+        BackgroundService(store="memory:", store_lease=0)
+
+
+def test_every_and_submit_stay_in_memory_with_a_store(db: str) -> None:
+    """every() jobs are not written to the store."""
+    with BackgroundService(store=db) as svc:
+        svc.every(3600, local_function, name="mem")
+        assert svc.submit(sum, [1, 2]).result(5) == 3
+    store = SQLiteScheduleStore(db[10:])
+    assert store.records() == []
+    store.close()
+
+
+def test_an_unreachable_store_at_start_is_one_clear_error_with_the_password_hidden() -> None:
+    """Nothing listens at the URL: BackgroundService(store=url) raises one ConnectionError
+    naming the URL, never the password."""
+    pytest.importorskip("psycopg")
+    from executors.testing import free_port
+
+    url = f"postgresql://alice:s3cret@127.0.0.1:{free_port()}/db"
+    with pytest.raises(ConnectionError) as info:
+        BackgroundService(store=url)
+    message = str(info.value)
+    assert "cannot reach the schedule store" in message and "alice:***@127.0.0.1" in message
+    assert "s3cret" not in message
+
+
+def test_a_forked_child_serves_the_store_as_another_owner(db: str) -> None:
+    """After fork, the child's store loop has its own owner id and no claims of the parent."""
+    import os
+
+    from helpers.forking import in_forked_child
+
+    with BackgroundService(store=db) as svc:
+        svc.schedule(Interval(3600), stored_jobs.seen, "f", name="hourly")
+        loop = svc._store
+        assert loop is not None
+        parent_owner = loop.owner
+
+        def child() -> object:
+            return (loop.owner != parent_owner and str(os.getpid()) in loop.owner
+                    and loop.in_flight == {} and loop.thread is None)
+
+        assert in_forked_child(child) is True
+
+
+def test_a_schedule_no_process_here_declares_still_runs_and_changes_travel_within_the_poll(
+        db: str) -> None:
+    """A schedule declared by another (gone) process runs here when its target imports; a
+    run-now written by another process (another store object: the CLI's way) is seen within
+    the poll bound (1 s) plus a run."""
+    import time
+
+    with BackgroundService("gone", store=db) as svc:
+        svc.schedule(Interval(3600), stored_jobs.seen, "u", name="hourly")
+    other = SQLiteScheduleStore(db[10:])
+    with BackgroundService("here", store=db) as svc:
+        wait_until(lambda: len(svc.status().store.schedules) == 1, 10)  # type: ignore[union-attr]
+        began = time.monotonic()
+        assert other.set_next_fire("hourly", other.now())
+        wait_until(lambda: len(stored_jobs.SEEN) == 1, 10)
+        assert time.monotonic() - began < 1.0 + 1.0  # the poll bound, and a margin for the run
+    record = other.get("hourly")
+    assert record is not None and record.counters["runs"] == 1 and record.last_result == "ok"
+    other.close()
+
+
+def test_a_corrupt_record_is_reported_and_skipped_and_the_others_run(db: str) -> None:
+    """One unreadable record is listed in status().store.corrupt and logged; the others run."""
+    import contextlib
+    import sqlite3
+
+    with BackgroundService("a", store=db) as svc:
+        svc.schedule(Interval(3600), stored_jobs.seen, "bad", name="bad")
+        svc.schedule(Interval(0.2), stored_jobs.seen, "good", name="good")
+    with contextlib.closing(sqlite3.connect(db[10:])) as conn, conn:
+        conn.execute("UPDATE executors_schedules SET definition = '{\"trigger\": 3}', "
+                     "next_fire = 0 WHERE name = 'bad'")
+    with BackgroundService("b", store=db) as svc:
+        wait_until(lambda: len(stored_jobs.SEEN) >= 2, 10)
+        wait_until(lambda: svc.status().store.corrupt != (), 10)  # type: ignore[union-attr]
+        ((name, reason),) = svc.status().store.corrupt  # type: ignore[union-attr]
+    assert name == "bad" and "'trigger' must be a dict" in reason
+    assert {tag for tag, _, _ in stored_jobs.SEEN} == {"good"}
