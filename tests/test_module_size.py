@@ -37,6 +37,9 @@ EXCEPTIONS: dict[str, str] = {
         "the channel shared by threads and tasks: its select holds every channel's mutex while "
         "it polls and parks, so the channel, its select and the after-fork reset are one "
         "mutex protocol"),
+    "executors/service.py": (
+        "the BackgroundService face: one class whose methods are the service's API, each with "
+        "its contract; the machinery behind them is already split into _service's modules"),
     "integrations/bridge/_shared_locks.py": (
         "SharedSemaphore, SharedBoundedSemaphore and SharedLock are one permit protocol "
         "(_SharedPermits) behind one mutex, with its re-entry and fork handling; the blocking "
