@@ -143,15 +143,22 @@ def test_declare_keeps_unchanged_state_updates_a_changed_one_and_keeps_the_undec
     store.close()
 
 
-def _restart_with(db: str, *, services: int, policy: str) -> list[ServiceEvent]:
-    """Declare an every-minute schedule, stop, move its next fire 180 minutes back, then
-    start `services` services on the store at once; wait for the first run."""
+def _overdue(db: str, policy: str, minutes: int) -> SQLiteScheduleStore:
+    """Declare an every-minute schedule "minutely", stop, and move its next fire time
+    `minutes` back (what the store holds after that long with nobody serving); the store."""
     with BackgroundService("first", store=db) as svc:
         svc.schedule(Interval(60), stored_jobs.seen, "r", name="minutely", missed=policy)  # type: ignore[arg-type]
     store = SQLiteScheduleStore(db[10:])
     record = store.get("minutely")
     assert record is not None and record.next_fire is not None
-    assert store.set_next_fire("minutely", record.next_fire - 180 * MINUTE)
+    assert store.set_next_fire("minutely", record.next_fire - minutes * MINUTE)
+    return store
+
+
+def _restart_with(db: str, *, services: int, policy: str) -> list[ServiceEvent]:
+    """Declare an every-minute schedule, stop, move its next fire 180 minutes back, then
+    start `services` services on the store at once; wait for the first run."""
+    store = _overdue(db, policy, 180)
     events: list[ServiceEvent] = []
     svcs = [BackgroundService(f"s{i}", store=db) for i in range(services)]
     for svc in svcs:
@@ -241,15 +248,10 @@ def test_resuming_a_stored_schedule_skips_the_paused_fire_times_by_intent(db: st
 def test_missed_all_runs_every_fire_time_once_across_services(tmp_path: Path) -> None:
     """"all": 5 fire times overdue, two services: each runs once, in order, none twice."""
     db = f"sqlite:///{tmp_path / 'all.db'}"
-    with BackgroundService("first", store=db) as svc:
-        svc.schedule(Interval(60), stored_jobs.seen, "a", name="m", missed="all")
-    store = SQLiteScheduleStore(db[10:])
-    record = store.get("m")
-    assert record is not None and record.next_fire is not None
-    store.set_next_fire("m", record.next_fire - 5 * MINUTE)
+    store = _overdue(db, "all", 5)
     svcs = [BackgroundService(f"s{i}", store=db) for i in range(2)]
     for svc in svcs:
-        svc.schedule(Interval(60), stored_jobs.seen, "a", name="m", missed="all")
+        svc.schedule(Interval(60), stored_jobs.seen, "r", name="minutely", missed="all")
         svc.start()
     try:
         wait_until(lambda: len(stored_jobs.SEEN) >= 5, 10)
@@ -259,6 +261,21 @@ def test_missed_all_runs_every_fire_time_once_across_services(tmp_path: Path) ->
     fires = [fire for _, fire, _ in stored_jobs.SEEN]
     assert len(fires) == 5 and fires == sorted(set(fires))
     store.close()
+
+
+def test_missed_all_announces_a_group_once_while_its_claims_walk_it(db: str) -> None:
+    """"all" walks 5 overdue fire times one claim each: the group is logged, counted in the
+    job's statistics and announced once (5 missed, 5 run), not once per claim of the walk."""
+    _overdue(db, "all", 5).close()
+    with BackgroundService("s", store=db) as svc:
+        events: list[ServiceEvent] = []
+        svc.subscribe(events.append, RunMissed)
+        job = svc.schedule(Interval(60), stored_jobs.seen, "r", name="minutely", missed="all")
+        wait_until(lambda: len(stored_jobs.SEEN) >= 5, 10)
+        wait_until(lambda: job.statistics().runs >= 5, 10)
+        stats = job.statistics()
+    assert (stats.missed, stats.missed_run) == (5, 5)
+    assert [(e.count, e.ran) for e in events] == [(5, 5)]  # type: ignore[attr-defined]
 
 
 def test_runs_know_their_fire_time_and_status_reports_the_store() -> None:

@@ -168,6 +168,7 @@ class StoreLoop:
         self.reported_lost: set[tuple[str, int]] = set()
         self.decisions: dict[tuple[str, int], tuple[int, int, dt.datetime, dt.datetime, str,
                                                     str, bool]] = {}
+        self.announced: dict[str, dt.datetime] = {}  # the latest fire time of a group announced
         self.healthy = True
         self.last_error: str | None = None
         self.claims = 0
@@ -379,7 +380,11 @@ class StoreLoop:
             plan = Plan(d.runs[0], d.runs[1], d.count - len(d.runs))
         else:
             plan = Plan(d.runs[-1] if d.runs else None, d.next_fire, d.count - len(d.runs))
-        if d.missed:
+        announced = self.announced.get(record.name)
+        if d.missed and (announced is None or first > announced):
+            # Once a group: "all" walks it one claim at a time, and each later claim of the
+            # walk sees the rest of the group this process has announced already.
+            self.announced[record.name] = d.last
             self.decisions[(record.name, record.version + 1)] = (
                 d.missed, d.ran, first, d.last_missed, d.reason, policy, d.truncated)
         return plan
