@@ -11,8 +11,12 @@ A `BackgroundService` given a store (``BackgroundService(store="sqlite:///jobs.d
 - **Claim.** The loop claims due records in batches of up to `BATCH` with a lease of `LEASE`
   (30 s) on the store's clock. The planner applies the ``missed`` policy with the same pure
   function as memory schedules (`wallclock.decide`), inside the claim's conditional update, so
-  it is applied once however many processes serve the store. Each claim runs on the pool with
-  `executors.current_run()` = ``(name, fire_time, attempt)``.
+  it is applied once however many processes serve the store. A fire time still unclaimed
+  `UNWATCHED_AFTER` (5 s) after it came due passed unwatched (reason ``"stopped"``), as in
+  memory after a restart with ``since``: ``"skip"`` runs none of them. A group of missed fire
+  times is announced once by the process that meets it (``"all"`` walks it over several
+  claims). Resuming skips the fire times that passed while paused (`resume_record`). Each
+  claim runs on the pool with `executors.current_run()` = ``(name, fire_time, attempt)``.
 - **Renew and complete.** While a run lasts its lease is renewed every `RENEW_EVERY` (10 s).
   The completion is fenced by the claim's version: a refused renewal or completion is a lost
   lease (`LeaseLost`, counted in `StoreStatus.lease_lost`). A completion the store could not
