@@ -259,6 +259,54 @@ def test_grant_order_is_arrival_order(loops: list[LoopThread], kind: str) -> Non
     assert not sem.locked()
 
 
+def test_one_release_of_several_permits_serves_the_line_in_order(
+    loops: list[LoopThread],
+) -> None:
+    """``release(3)`` hands its permits in one section to the first three live waiters of a line
+    of a thread, a thread that gave up (skipped, no permit lost on it), a task, a thread and a
+    fourth party: the fourth, the last to arrive, keeps waiting until a permit comes back, and
+    every permit ends free (the release's drain, inlined in the section runner)."""
+    sem = SharedSemaphore(0)
+    held: list[str] = []
+    go = threading.Event()
+
+    def thread_party(name: str) -> None:
+        assert sem.blocking.acquire()
+        held.append(name)
+        go.wait(30)
+        sem.release()
+
+    async def task_party() -> None:
+        await sem.acquire()
+        held.append("task")
+        await asyncio.get_running_loop().run_in_executor(None, go.wait, 30)
+        sem.release()
+
+    first = threading.Thread(target=thread_party, args=("first",))
+    first.start()
+    wait_until(lambda: _waiting(sem) == 1, message="the first thread did not park")
+    assert not sem.blocking.acquire(timeout=0.001)  # leaves a tombstone in the line
+    task = loops[0].submit(task_party())
+    wait_until(lambda: _waiting(sem) == 2, message="the task did not park")
+    last = threading.Thread(target=thread_party, args=("last",))
+    last.start()
+    wait_until(lambda: _waiting(sem) == 3, message="the last thread did not park")
+    fourth = threading.Thread(target=thread_party, args=("fourth",))
+    fourth.start()
+    wait_until(lambda: _waiting(sem) == 4, message="the fourth thread did not park")
+    sem.blocking.release(3)
+    wait_until(lambda: len(held) == 3, message="three parties did not get a permit")
+    assert sorted(held) == ["first", "last", "task"]
+    assert sem.statistics().value == 0 and _waiting(sem) == 1
+    go.set()
+    for t in (first, last, fourth):
+        t.join(30)
+    task.result(30)
+    assert sorted(held) == ["first", "fourth", "last", "task"]
+    stats = sem.statistics()
+    assert (stats.value, stats.level, stats.waiting, stats.woken) == (3, 3, 0, 0)
+
+
 def test_newcomer_never_takes_a_handed_permit(loops: list[LoopThread]) -> None:
     """A release while someone waits hands the permit to the waiter: a newcomer thread or task
     arriving right after finds none free (no barging)."""
