@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import math
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, final
@@ -91,7 +92,11 @@ class MongoScheduleStore:
             raise StoreFormatError(
                 f"{self.display_url} was written by store format {version}; this version of "
                 f"executors reads format {FORMAT_VERSION} and older: upgrade executors")
+        # What a claim and next_due read, each a range of an index (not a scan of the
+        # collection): records by next fire time, runs in progress by lease end (a record
+        # with no run in progress has a null lease, which a numeric range never matches).
         self._records.create_index([("next_fire", pymongo.ASCENDING)])
+        self._records.create_index([("lease_until", pymongo.ASCENDING)])
 
     def __repr__(self) -> str:
         return f"<MongoScheduleStore {self.display_url!r}>"
@@ -169,10 +174,13 @@ class MongoScheduleStore:
     def next_due(self) -> tuple[dt.datetime, dt.datetime | None]:
         now = self.now()
         found: list[float] = []
+        # A numeric range ("any number"), not ``$ne: None``: a range walks the index from its
+        # least number (nx-27017 answers ``$ne`` by scanning the collection).
         for query, key in (({"paused": False, "running_fire": None}, "next_fire"),
                            ({"running_fire": {"$ne": None}}, "lease_until")):
             found.extend(float(doc[key]) for doc in self._records.find(
-                {**query, key: {"$ne": None}}, {key: 1}).sort(key, pymongo.ASCENDING).limit(1))
+                {**query, key: {"$gt": -math.inf}}, {key: 1},
+            ).sort(key, pymongo.ASCENDING).limit(1))
         return now, from_epoch(min(found)) if found else None
 
     def renew(self, claim: Claim, lease: float) -> bool:
