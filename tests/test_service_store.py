@@ -143,15 +143,22 @@ def test_declare_keeps_unchanged_state_updates_a_changed_one_and_keeps_the_undec
     store.close()
 
 
-def _restart_with(db: str, *, services: int, policy: str) -> list[ServiceEvent]:
-    """Declare an every-minute schedule, stop, move its next fire 180 minutes back, then
-    start `services` services on the store at once; wait for the first run."""
+def _overdue(db: str, policy: str, minutes: int) -> SQLiteScheduleStore:
+    """Declare an every-minute schedule "minutely", stop, and move its next fire time
+    `minutes` back (what the store holds after that long with nobody serving); the store."""
     with BackgroundService("first", store=db) as svc:
         svc.schedule(Interval(60), stored_jobs.seen, "r", name="minutely", missed=policy)  # type: ignore[arg-type]
     store = SQLiteScheduleStore(db[10:])
     record = store.get("minutely")
     assert record is not None and record.next_fire is not None
-    assert store.set_next_fire("minutely", record.next_fire - 180 * MINUTE)
+    assert store.set_next_fire("minutely", record.next_fire - minutes * MINUTE)
+    return store
+
+
+def _restart_with(db: str, *, services: int, policy: str) -> list[ServiceEvent]:
+    """Declare an every-minute schedule, stop, move its next fire 180 minutes back, then
+    start `services` services on the store at once; wait for the first run."""
+    store = _overdue(db, policy, 180)
     events: list[ServiceEvent] = []
     svcs = [BackgroundService(f"s{i}", store=db) for i in range(services)]
     for svc in svcs:
@@ -171,36 +178,80 @@ def _restart_with(db: str, *, services: int, policy: str) -> list[ServiceEvent]:
 
 def test_a_restart_applies_the_missed_policy_once_not_once_per_process(db: str) -> None:
     """After 3 hours stopped, three processes start on the store: "latest" runs the latest
-    fire time once and counts 179 missed, once (one RunMissed among all of them)."""
+    fire time once and counts 179 not run, once (one RunMissed among all of them: 180 missed,
+    reason "stopped", 1 of them run, as memory counts a restart with `since`)."""
     events = _restart_with(db, services=3, policy="latest")
     assert len(stored_jobs.SEEN) == 1 and stored_jobs.SEEN[0][0] == "r"
     store = SQLiteScheduleStore(db[10:])
     record = store.get("minutely")
     assert record is not None
     assert record.counters["missed"] == 179 and record.counters["runs"] == 1
-    assert [(e.count, e.ran, e.policy) for e in events] == [(179, 0, "latest")]  # type: ignore[attr-defined]
+    assert [(e.count, e.ran, e.policy, e.reason) for e in events] == [  # type: ignore[attr-defined]
+        (180, 1, "latest", "stopped")]
     store.close()
 
 
-def test_a_restart_under_missed_skip_runs_the_latest_only(db: str) -> None:
-    """"skip" with no grace runs the latest due one (the store cannot tell a stop from being
-    behind) and counts the rest as missed, once across two services."""
-    _restart_with(db, services=2, policy="skip")
-    assert len(stored_jobs.SEEN) == 1
+def test_a_restart_under_missed_skip_runs_none_and_waits_for_the_next_fire_time(
+        db: str) -> None:
+    """"skip" with no grace, after 3 hours stopped: none of the 180 fire times runs (they
+    passed with no process serving, as in memory after a restart with `since`); all are
+    counted missed, once across two services, and the next fire time is after now."""
+    events = _restart_with(db, services=2, policy="skip")
+    assert stored_jobs.SEEN == []
+    store = SQLiteScheduleStore(db[10:])
+    record = store.get("minutely")
+    assert record is not None and record.next_fire is not None
+    assert (record.counters["missed"], record.counters["runs"]) == (180, 0)
+    assert record.next_fire > store.now()
+    assert [(e.count, e.ran, e.reason) for e in events] == [(180, 0, "stopped")]  # type: ignore[attr-defined]
+    store.close()
+
+
+def test_resuming_a_stored_schedule_skips_the_paused_fire_times_by_intent(db: str) -> None:
+    """Fire times that passed while a stored schedule was paused (3 hours, by the store's
+    data) are skipped by intent on resume, as in memory: not run, not missed, counted in
+    skipped_paused; it runs at its next fire time. The CLI's resume does the same."""
+    from executors._service.stored import resume_record
+
+    other = SQLiteScheduleStore(db[10:])
+    with BackgroundService("p", store=db) as svc:
+        events = _events(svc)
+        job = svc.schedule(Interval(60), stored_jobs.seen, "p", name="minutely")
+        tick = svc.schedule(Interval(0.2), stored_jobs.seen, "t", name="tick")
+        job.pause()
+        wait_until(lambda: other.get("minutely").paused, 5)  # type: ignore[union-attr]
+        record = other.get("minutely")
+        assert record is not None and record.next_fire is not None
+        assert other.set_next_fire("minutely", record.next_fire - 180 * MINUTE)
+        job.resume()
+        wait_until(lambda: not other.get("minutely").paused, 5)  # type: ignore[union-attr]
+        # The loop has claimed again since the resume: the 0.2 s schedule ran twice more.
+        ticks = tick.statistics().runs
+        wait_until(lambda: tick.statistics().runs >= ticks + 2, 10)
+        stats = job.statistics()
+    record = other.get("minutely")
+    assert record is not None and record.next_fire is not None
+    assert [tag for tag, _, _ in stored_jobs.SEEN if tag == "p"] == []
+    assert record.counters["missed"] == 0 and record.next_fire > other.now()
+    assert (stats.skipped_paused, stats.missed) == (180, 0)
+    assert not any(isinstance(e, RunMissed) for e in events)
+    # The command's resume (any store object) skips the same way.
+    assert other.set_paused("minutely", True)
+    assert other.set_next_fire("minutely", record.next_fire - 10 * MINUTE)
+    assert resume_record(other, "minutely") == (True, 10)
+    resumed = other.get("minutely")
+    assert resumed is not None and resumed.next_fire == record.next_fire
+    assert not resumed.paused and resumed.counters["missed"] == 0
+    other.close()
 
 
 def test_missed_all_runs_every_fire_time_once_across_services(tmp_path: Path) -> None:
     """"all": 5 fire times overdue, two services: each runs once, in order, none twice."""
     db = f"sqlite:///{tmp_path / 'all.db'}"
-    with BackgroundService("first", store=db) as svc:
-        svc.schedule(Interval(60), stored_jobs.seen, "a", name="m", missed="all")
-    store = SQLiteScheduleStore(db[10:])
-    record = store.get("m")
-    assert record is not None and record.next_fire is not None
-    store.set_next_fire("m", record.next_fire - 5 * MINUTE)
+    store = _overdue(db, "all", 5)
     svcs = [BackgroundService(f"s{i}", store=db) for i in range(2)]
     for svc in svcs:
-        svc.schedule(Interval(60), stored_jobs.seen, "a", name="m", missed="all")
+        svc.schedule(Interval(60), stored_jobs.seen, "r", name="minutely", missed="all")
         svc.start()
     try:
         wait_until(lambda: len(stored_jobs.SEEN) >= 5, 10)
@@ -210,6 +261,21 @@ def test_missed_all_runs_every_fire_time_once_across_services(tmp_path: Path) ->
     fires = [fire for _, fire, _ in stored_jobs.SEEN]
     assert len(fires) == 5 and fires == sorted(set(fires))
     store.close()
+
+
+def test_missed_all_announces_a_group_once_while_its_claims_walk_it(db: str) -> None:
+    """"all" walks 5 overdue fire times one claim each: the group is logged, counted in the
+    job's statistics and announced once (5 missed, 5 run), not once per claim of the walk."""
+    _overdue(db, "all", 5).close()
+    with BackgroundService("s", store=db) as svc:
+        events: list[ServiceEvent] = []
+        svc.subscribe(events.append, RunMissed)
+        job = svc.schedule(Interval(60), stored_jobs.seen, "r", name="minutely", missed="all")
+        wait_until(lambda: len(stored_jobs.SEEN) >= 5, 10)
+        wait_until(lambda: job.statistics().runs >= 5, 10)
+        stats = job.statistics()
+    assert (stats.missed, stats.missed_run) == (5, 5)
+    assert [(e.count, e.ran) for e in events] == [(5, 5)]  # type: ignore[attr-defined]
 
 
 def test_runs_know_their_fire_time_and_status_reports_the_store() -> None:

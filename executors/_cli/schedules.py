@@ -15,6 +15,7 @@ from executors._service.store import (
     open_store,
     sqlite_path,
 )
+from executors._service.stored import resume_record
 from executors._urls import redact
 
 from ._words import plural
@@ -116,8 +117,8 @@ def _list(store: ScheduleStore) -> int:
 def _act(store: ScheduleStore, action: str, name: str) -> bool:
     if action == "pause":
         return store.set_paused(name, True)
-    if action == "resume":
-        return store.set_paused(name, False)
+    if action == "resume":  # passed fire times are skipped, as the service's resume does
+        return resume_record(store, name)[0]
     if action == "run-now":
         return store.set_next_fire(name, store.now())
     return store.remove(name)

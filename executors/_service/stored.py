@@ -11,8 +11,12 @@ A `BackgroundService` given a store (``BackgroundService(store="sqlite:///jobs.d
 - **Claim.** The loop claims due records in batches of up to `BATCH` with a lease of `LEASE`
   (30 s) on the store's clock. The planner applies the ``missed`` policy with the same pure
   function as memory schedules (`wallclock.decide`), inside the claim's conditional update, so
-  it is applied once however many processes serve the store. Each claim runs on the pool with
-  `executors.current_run()` = ``(name, fire_time, attempt)``.
+  it is applied once however many processes serve the store. A fire time still unclaimed
+  `UNWATCHED_AFTER` (5 s) after it came due passed unwatched (reason ``"stopped"``), as in
+  memory after a restart with ``since``: ``"skip"`` runs none of them. A group of missed fire
+  times is announced once by the process that meets it (``"all"`` walks it over several
+  claims). Resuming skips the fire times that passed while paused (`resume_record`). Each
+  claim runs on the pool with `executors.current_run()` = ``(name, fire_time, attempt)``.
 - **Renew and complete.** While a run lasts its lease is renewed every `RENEW_EVERY` (10 s).
   The completion is fenced by the claim's version: a refused renewal or completion is a lost
   lease (`LeaseLost`, counted in `StoreStatus.lease_lost`). A completion the store could not
@@ -60,7 +64,7 @@ from .schedule_data import (
     trigger_of,
 )
 from .store import Claim, Plan, ScheduleDefinition, ScheduleRecord, ScheduleStore
-from .wallclock import decide
+from .wallclock import WALK_BOUND, decide
 
 if TYPE_CHECKING:
     from .job import Job
@@ -74,11 +78,13 @@ __all__ = (
     "LEASE",
     "POLL",
     "RENEW_EVERY",
+    "UNWATCHED_AFTER",
     "StoreLoop",
     "StoreStatus",
     "StoredLink",
     "StoredSchedule",
     "check_store",
+    "resume_record",
     "resolve_target",
     "target_of",
 )
@@ -99,6 +105,10 @@ BACKOFF_FIRST = 0.1
 BACKOFF_MAX = 5.0
 #: How often the loop re-reads every record for `status()` (seconds).
 SNAPSHOT_EVERY = 5.0
+#: A fire time still unclaimed this long (seconds, store clock) after it came due passed with
+#: no process serving it: every process claims a due record within `POLL`, so only a stop of
+#: them all, or a run holding the schedule past it, leaves one waiting longer.
+UNWATCHED_AFTER = 5.0
 
 _CLOSE = object()
 _NUDGE = object()
@@ -162,6 +172,7 @@ class StoreLoop:
         self.reported_lost: set[tuple[str, int]] = set()
         self.decisions: dict[tuple[str, int], tuple[int, int, dt.datetime, dt.datetime, str,
                                                     str, bool]] = {}
+        self.announced: dict[str, dt.datetime] = {}  # the latest fire time of a group announced
         self.healthy = True
         self.last_error: str | None = None
         self.claims = 0
@@ -297,7 +308,10 @@ class StoreLoop:
             if action == "pause":
                 store.set_paused(name, True)
             elif action == "resume":
-                store.set_paused(name, False)
+                _, skipped = resume_record(store, name)
+                job = self.jobs.get(name)
+                if skipped and job is not None and job._wall is not None:
+                    job._wall.paused_skipped += skipped
             elif action == "run-now":
                 store.set_next_fire(name, store.now())
             elif action == "remove":
@@ -322,8 +336,12 @@ class StoreLoop:
                              on_crash=_on_crash)
         decisions, self.decisions = self.decisions, {}
         for claim in claims:
-            self._announce_missed(claim, decisions.get((claim.name, claim.version)))
+            self._announce_missed(claim.name, decisions.pop((claim.name, claim.version), None))
             self._start_run(claim, monotonic())
+        for (name, _), decision in decisions.items():
+            # Plans that run nothing ("skip") are announced too: nothing silent. (A store
+            # whose conditional write can lose a race, MongoDB, may announce one twice.)
+            self._announce_missed(name, decision)
         if len(claims) >= BATCH:
             return 0.0  # more may be due
         now = monotonic()
@@ -348,9 +366,14 @@ class StoreLoop:
         try:
             trigger = trigger_of(record.definition.trigger)
             policy: Missed = options.get("missed", "latest")  # type: ignore[assignment]
-            d = decide(trigger, first, trigger.next_after(first), now.timestamp(), policy,
+            # Fire times left unclaimed past UNWATCHED_AFTER passed unwatched, up to now, as
+            # in memory after a restart with `since`: "skip" runs none of them (the store
+            # cannot see a stop, only that nobody claimed them in time).
+            at = now.timestamp()
+            unwatched = ("stopped", at) if at - first.timestamp() > UNWATCHED_AFTER else None
+            d = decide(trigger, first, trigger.next_after(first), at, policy,
                        int(options.get("max_missed", 100)),  # type: ignore[call-overload]
-                       options.get("grace"))  # type: ignore[arg-type]
+                       options.get("grace"), unwatched)  # type: ignore[arg-type]
         except Exception:
             logger.exception("%s: the trigger of stored schedule %r failed; it stops (no "
                              "next fire time)", self.name, record.name)
@@ -361,28 +384,32 @@ class StoreLoop:
             plan = Plan(d.runs[0], d.runs[1], d.count - len(d.runs))
         else:
             plan = Plan(d.runs[-1] if d.runs else None, d.next_fire, d.count - len(d.runs))
-        if d.missed:
+        announced = self.announced.get(record.name)
+        if d.missed and (announced is None or first > announced):
+            # Once a group: "all" walks it one claim at a time, and each later claim of the
+            # walk sees the rest of the group this process has announced already.
+            self.announced[record.name] = d.last
             self.decisions[(record.name, record.version + 1)] = (
                 d.missed, d.ran, first, d.last_missed, d.reason, policy, d.truncated)
         return plan
 
-    def _announce_missed(self, claim: Claim, decision: tuple[int, int, dt.datetime,
-                                                              dt.datetime, str, str, bool]
+    def _announce_missed(self, name: str, decision: tuple[int, int, dt.datetime,
+                                                           dt.datetime, str, str, bool]
                          | None) -> None:
         if decision is None:
             return
         missed, ran, first, last, reason, policy, truncated = decision
         logger.warning("schedule %r missed %s%d fire time(s) from %s to %s (%s); missed=%r "
-                       "ran %d of them", claim.name, "at least " if truncated else "", missed,
+                       "ran %d of them", name, "at least " if truncated else "", missed,
                        first.isoformat(), last.isoformat(), reason, policy, ran)
-        job = self.jobs.get(claim.name)
+        job = self.jobs.get(name)
         if job is not None and job._wall is not None:
             job._wall.missed_count += missed
             job._wall.missed_run += ran
             job._wall.last_reason = reason
         events = self.scheduler.events
         if RunMissed in events.wanted:
-            events.emit(RunMissed(claim.name, missed, ran, first, last, reason, policy,
+            events.emit(RunMissed(name, missed, ran, first, last, reason, policy,
                                   truncated))
 
     def _start_run(self, claim: Claim, now: float) -> None:
@@ -560,6 +587,29 @@ class StoreLoop:
                   0.0, "continue", "skip", 0.0, False, "", wall)
         job._stored = StoredLink(self, definition)
         return job
+
+
+def resume_record(store: ScheduleStore, name: str) -> tuple[bool, int]:
+    """Resume the stored schedule `name`: the fire times that passed while it was paused are
+    skipped by intent, as in memory (`wallclock.resume`): not run, not missed; it runs at its
+    next fire time after the store's now. ``(found, skipped)``; used by the service and by
+    ``executors schedules resume``."""
+    record = store.get(name)
+    if record is None:
+        return False, 0
+    skipped = 0
+    fire = record.next_fire
+    if record.paused and fire is not None:
+        now = store.now()
+        trigger = trigger_of(record.definition.trigger)
+        while fire is not None and fire <= now:
+            skipped += 1
+            # Past the walk's bound, straight to the first fire time after now.
+            fire = trigger.next_after(now if skipped >= WALK_BOUND else fire)
+        # Moved while still paused (no claim sees it in between), then resumed.
+        if skipped and not store.set_next_fire(name, fire):
+            return False, 0
+    return store.set_paused(name, False), skipped
 
 
 def _on_crash(record: ScheduleRecord) -> Literal["drop", "rerun"]:

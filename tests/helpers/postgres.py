@@ -8,16 +8,18 @@ benchmarks, run from a checkout's root, as ``tests.helpers.postgres``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import glob
 import os
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from typing import NoReturn
 
 from executors.testing import free_port
 
-__all__ = ("temporary_server",)
+__all__ = ("PostgresServer", "restartable_server", "temporary_server", "unavailable")
 
 
 def _binaries() -> str | None:
@@ -29,9 +31,54 @@ def _binaries() -> str | None:
     return os.path.dirname(candidates[-1]) if candidates else None
 
 
+def unavailable(exc: Exception) -> NoReturn:
+    """No server here (`exc` says why): skip the test, or fail it where CI installed Debian's
+    postgresql and set EXECUTORS_REQUIRE_POSTGRES (a skip there would hide a store that was
+    never tested)."""
+    import pytest
+
+    if os.environ.get("EXECUTORS_REQUIRE_POSTGRES"):
+        pytest.fail(f"no PostgreSQL server here: {exc}, and EXECUTORS_REQUIRE_POSTGRES is set")
+    pytest.skip(f"no PostgreSQL server here: {exc}")
+
+
+@dataclasses.dataclass
+class PostgresServer:
+    """A throwaway server that a test may stop and start again on the same data directory
+    and port (the store lost and restored); made by `restartable_server`."""
+
+    dsn: str
+    _ctl: list[str]
+    _start: list[str]
+    _log: str
+
+    def stop(self) -> None:
+        """Stop the server at once (``-m immediate``: as a crash would)."""
+        subprocess.run([*self._ctl, "-m", "immediate", "-w", "stop"], capture_output=True)
+
+    def start(self) -> None:
+        """Start the server on its data directory and port.
+
+        Raises:
+            RuntimeError: it did not start (its log is in the message).
+        """
+        proc = subprocess.run([*self._ctl, *self._start], capture_output=True, text=True)
+        if proc.returncode != 0:
+            with open(self._log) as f:
+                raise RuntimeError(f"PostgreSQL did not start: {proc.stderr}\n{f.read()}")
+
+
 @contextlib.contextmanager
 def temporary_server() -> Iterator[str]:
-    """Start a throwaway PostgreSQL server from the installed binaries; yield its DSN.
+    """Start a throwaway PostgreSQL server from the installed binaries; yield its DSN
+    (see `restartable_server`)."""
+    with restartable_server() as server:
+        yield server.dsn
+
+
+@contextlib.contextmanager
+def restartable_server() -> Iterator[PostgresServer]:
+    """Start a throwaway PostgreSQL server from the installed binaries; yield it.
 
     The cluster lives in a temporary directory (initdb, trust authentication, fsync off) and
     listens on a free loopback port; it is stopped and deleted on exit. As root, the server
@@ -66,15 +113,13 @@ def temporary_server() -> Iterator[str]:
         subprocess.run([*prefix, f"{bindir}/initdb", "-D", data, "-A", "trust", "-U", "postgres",
                         "--no-sync", "-E", "UTF8"], check=True, capture_output=True)
         opts = f"-p {port} -h 127.0.0.1 -k {tmp} -F -c max_connections=200"
-        proc = subprocess.run([*prefix, f"{bindir}/pg_ctl", "-D", data, "-o", opts, "-l", log,
-                               "-w", "-t", "60", "start"], capture_output=True, text=True)
-        if proc.returncode != 0:
-            with open(log) as f:
-                raise RuntimeError(f"PostgreSQL did not start: {proc.stderr}\n{f.read()}")
+        server = PostgresServer(f"postgresql://postgres@127.0.0.1:{port}/postgres",
+                                [*prefix, f"{bindir}/pg_ctl", "-D", data],
+                                ["-o", opts, "-l", log, "-w", "-t", "60", "start"], log)
+        server.start()
         try:
-            yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+            yield server
         finally:
-            subprocess.run([*prefix, f"{bindir}/pg_ctl", "-D", data, "-m", "immediate", "-w",
-                            "stop"], capture_output=True)
+            server.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

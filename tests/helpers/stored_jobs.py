@@ -61,18 +61,24 @@ def seen(tag: str) -> None:
 
 
 def main(argv: list[str]) -> None:
-    """``URL LOG ON_CRASH PERIOD HOLD LEASE``: serve one schedule (every PERIOD seconds, each
-    run holding HOLD seconds) on the store at URL until SIGTERM; lost leases are logged."""
-    url, log, on_crash, period, held, lease = argv
+    """``URL LOG ON_CRASH PERIOD HOLD LEASE [MISSED]``: serve one schedule (every PERIOD
+    seconds, each run holding HOLD seconds, ``missed=MISSED``, "all" by default) on the store
+    at URL until SIGTERM; lost leases and missed runs are logged."""
+    url, log, on_crash, period, held, lease, *rest = argv
+    missed = rest[0] if rest else "all"
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     svc = executors.BackgroundService("worker", store=url, store_lease=float(lease), workers=4)
     svc.schedule(executors.Interval(float(period)), hold, log, float(held), name="tick",
-                 missed="all", on_crash=on_crash)  # type: ignore[arg-type]
+                 missed=missed, on_crash=on_crash)  # type: ignore[arg-type]
     svc.subscribe(lambda e: append(log, event="lease_lost", name=e.name,  # type: ignore[attr-defined]
                                    fire=e.fire_time.isoformat(),  # type: ignore[attr-defined]
                                    attempt=e.attempt, pid=os.getpid()),  # type: ignore[attr-defined]
                   executors.LeaseLost)
+    svc.subscribe(lambda e: append(log, event="missed", name=e.name,  # type: ignore[attr-defined]
+                                   count=e.count, ran=e.ran,  # type: ignore[attr-defined]
+                                   reason=e.reason, pid=os.getpid()),  # type: ignore[attr-defined]
+                  executors.RunMissed)
     with svc:
         append(log, event="up", pid=os.getpid())
         stop.wait()

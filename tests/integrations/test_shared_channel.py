@@ -180,13 +180,10 @@ def _run_stress(seed: int, factory: LoopFactory, per_party: int = 100) -> Ledger
         try:
             async with asyncio.timeout(delay):
                 return True, await coro
-        except (TimeoutError, asyncio.CancelledError):
-            # TimeoutError: our own timeout. CancelledError: a cancellation deferred by an
-            # operation that completed (it fires at the next await, here).
-            task = asyncio.current_task()
-            assert task is not None
-            while task.cancelling():
-                task.uncancel()
+        except TimeoutError:
+            # Only our own timeout: a cancellation that arrives after the send or get took
+            # effect is deferred past it without ever reaching this task (issue 23, item 1),
+            # so a stray CancelledError here fails the test.
             return False, None
 
     async def task_sender(name: str, ch: SharedChannel[object] | Channel[object],
