@@ -3,8 +3,12 @@
 Time is the server's: "due" and "lease expired" are decided with ``now()`` in the statement
 that decides. A claim is one transaction: ``SELECT ... FOR UPDATE SKIP LOCKED`` takes up to
 `limit` due rows no other claimer holds (so N processes claim disjoint batches side by side,
-instead of queueing on the same rows), the plans are computed here, and one ``UPDATE ... FROM
-(VALUES ...)`` writes them, each conditional on its row's version.
+instead of queueing on the same rows), reading two partial indexes in order (expired leases,
+then idle due records: never a scan of the table), the plans are computed here, and one
+``UPDATE ... FROM unnest(...)`` writes them, each conditional on its row's version.
+
+For speed, install psycopg with its C implementation (``pip install "psycopg[binary]"``): the
+pure-Python one spends about half of a claim's client time in the driver.
 """
 
 from __future__ import annotations
