@@ -8,11 +8,12 @@ import contextvars
 import inspect
 import itertools
 import selectors
+import socket
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, TypeVar, final
 
 from executors.errors import ShutdownError
 
@@ -26,6 +27,7 @@ T = TypeVar("T")
 # eager task factory does): a round trip saves a loop iteration. Sound, unlike running the
 # coroutine's first step without a Task (current_task() would be None there; research addendum).
 _EAGER_START = sys.version_info >= (3, 12)
+_Task = asyncio.Task
 _names = itertools.count(1)
 # The selector hook's handshake with posting threads (see PortalCore._post) relies on the GIL
 # making plain attribute reads and writes sequentially consistent; a free-threaded build
@@ -59,6 +61,7 @@ class PortalCore:
 
     __slots__ = (
         "__weakref__",
+        "_calls",
         "_closed",
         "_closing",
         "_dead",
@@ -81,6 +84,7 @@ class PortalCore:
         "_tasks",
         "_thread",
         "_timeouts",
+        "_wake",
     )
 
     def __init__(
@@ -102,6 +106,8 @@ class PortalCore:
         # Thread-side waits not yet resolved: failed by the final sweep if the loop dies under
         # them, so no caller can hang on a callback that will never run (zigpy/bellows#745).
         self._pending: set[ThreadWaiter | PortalFuture[Any]] = set()
+        # `Portal.call`s not yet resolved, each its own claim (see `_Call`).
+        self._calls: dict[_Call, bool] = {}
         self._futures: set[PortalFuture[Any]] = set()  # start_task_soon futures not done
         self._tasks: set[asyncio.Task[Any]] = set()  # loop thread only
         # Thread -> loop callbacks, run in order by one loop callback: threads posting while a
@@ -112,13 +118,15 @@ class PortalCore:
         self._inbox_scheduled = False
         # The loop-side hook (own loops on the default selector loop, see _PortalSelector):
         # `_sleeping` is True while the loop thread is in, or about to enter, a select() that
-        # may block; `_kicked` once a thread has written to the self-pipe for that select.
+        # may block; `_kicked` once a thread has written to the selector's wake-up socket for
+        # that select (`_wake`: that socket's send, bound).
         # While the loop runs callbacks a post is only a deque append: the loop drains the
         # inbox after its next select() (every loop iteration calls it), so a busy loop is
         # never woken through its self-pipe (no write, no read, no epoll wake-up).
         self._hooked = False
         self._sleeping = False
         self._kicked = False
+        self._wake: Callable[[bytes], object] = _no_wake
         self._started = threading.Event()
         self._startup_error: BaseException | None = None
         self._drained = threading.Event()
@@ -204,6 +212,8 @@ class PortalCore:
                 item.try_fail(_shutdown_error())
             elif not item.done():
                 item._fail(_shutdown_error())
+        for call in list(self._calls):
+            self._fail_call(call)
 
     def _after_fork_in_child(self) -> None:
         # The child has no loop thread and must not touch the parent's loop: the portal is
@@ -212,11 +222,13 @@ class PortalCore:
         self._state = "closed"
         self._thread = None
         self._pending = set()
+        self._calls = {}
         self._futures = set()
         self._tasks = set()
         self._inbox = collections.deque()
         self._inbox_scheduled = False
         self._hooked = self._sleeping = self._kicked = False
+        self._wake = _no_wake
         self._drained = threading.Event()
         self._drained.set()
 
@@ -228,6 +240,11 @@ class PortalCore:
                 with item.mutex:
                     if item.try_fail(_shutdown_error()):
                         item.abort()
+        for call in list(self._calls):
+            # Started calls fail at once (a callee may take its time to finish cancelling);
+            # ones still in the inbox fail when `_start_call` sees `_closing`.
+            if call.task is not None and self._fail_call(call):
+                call.task.cancel()
         for task in list(self._tasks):
             task.cancel()
         loop = self._loop
@@ -287,11 +304,20 @@ class PortalCore:
             # The loop drains after its next select(); wake it only if that select may block
             # (Dekker-style with _PortalSelector.select: we append then read _sleeping, it sets
             # _sleeping then reads the inbox; under the GIL one of us sees the other's write).
-            # The wake-up is the drain itself (one handle, run in the iteration the select
-            # returns to); the selector schedules none of its own for a kicked select.
+            # The wake-up is one byte to the selector's own wake-up socket: no Handle, no
+            # Python frame on either side (the selector drains the inbox itself when its select
+            # returns, and reads that byte without telling the loop, see _PortalSelector).
             if self._sleeping and not self._kicked:
                 self._kicked = True
-                loop.call_soon_threadsafe(self._drain_inbox)
+                try:
+                    self._wake(b"\0")
+                except OSError:
+                    pass  # full: the loop has bytes to wake up for; closed: the loop is gone
+                except BaseException:
+                    # (Ctrl-C at the check after the send:) the byte may not have been sent, so
+                    # the next post kicks again; a loop already awake loses nothing.
+                    self._kicked = False
+                    raise
             return
         if not self._inbox_scheduled:
             # Set before the drain can run: a post racing the drain either sees False (and
@@ -316,6 +342,39 @@ class PortalCore:
                 self._inbox_scheduled = True
                 assert self._loop is not None
                 self._loop.call_soon(self._drain_inbox)
+
+    def _drain_in_select(self) -> None:
+        """Loop thread, own hooked loop: `_drain_inbox` run by `_PortalSelector.select` right
+        after the select returns, instead of as a loop callback (a Handle made, queued and run
+        per wake-up). It runs between two callbacks of the loop, as a Handle would; an
+        exception a callback lets out is reported as a Handle's would be (the loop's exception
+        handler), and the next callback runs."""
+        inbox = self._inbox
+        while inbox:
+            fn, args = inbox.popleft()
+            try:
+                fn(*args)
+            except (SystemExit, KeyboardInterrupt):
+                raise  # out of the loop, as from a Handle
+            except BaseException as exc:
+                loop = self._loop
+                assert loop is not None
+                loop.call_exception_handler({
+                    "message": f"Exception in portal callback {fn!r}",
+                    "exception": exc,
+                })
+
+    def _resolve_call(self, call: _Call, value: object, failed: bool) -> bool:
+        """Resolve `call` if it is still unresolved (its one claim); True if this did it."""
+        if not self._calls.pop(call, False):
+            return False
+        call.failed = failed
+        call.value = value
+        call.done.release()
+        return True
+
+    def _fail_call(self, call: _Call) -> bool:
+        return self._resolve_call(call, _shutdown_error(), True)
 
     def _fail_item(self, item: ThreadWaiter | PortalFuture[Any]) -> None:
         if isinstance(item, ThreadWaiter):
@@ -416,18 +475,36 @@ class PortalCore:
     def _spawn(
         self, coro: Coroutine[Any, Any, T], context: contextvars.Context, name: str | None
     ) -> asyncio.Task[T]:
-        """A task for `coro` on the portal's loop, its first step run at once where we can
-        (3.12+: eager start; 3.11 on our own selector loop: `_step_now`)."""
+        """A task for `coro` on the portal's loop, its first step run at once where we can:
+        3.12+, eager start; 3.11, on our own selector loop without a task factory, the step the
+        Task's constructor has just queued, taken back and run now.
+
+        3.11: a callee that finishes without suspending then costs no second loop iteration (no
+        second epoll call, no second GIL hand-off): the thread's round trip is one wake-up of
+        the loop, as for a bare ``call_soon_threadsafe`` callback. Sound where stepping the
+        coroutine without a Task is not: the step is the Task's own (`current_task()` is the
+        task, its context is entered), it merely runs earlier. Only the handle the constructor
+        has just appended to the loop's ready queue is taken (a private structure of asyncio's
+        `BaseEventLoop`, the class `_PortalSelector` runs under), recognised by its callback's
+        ``__self__``; anything else leaves the task to the loop, as on other loops. (Inline,
+        as the task factory test: this is the round trip's path.)
+        """
         loop = self._loop
         assert loop is not None
         if _EAGER_START:
-            return asyncio.Task(coro, loop=loop, name=name, context=context,
-                                eager_start=True)  # type: ignore[call-arg,unused-ignore]
-        if not self._hooked or loop.get_task_factory() is not None:
+            return _Task(coro, loop=loop, name=name, context=context,
+                         eager_start=True)  # type: ignore[call-arg,unused-ignore]
+        if not self._hooked or loop._task_factory is not None:  # type: ignore[attr-defined]
             return loop.create_task(coro, name=name, context=context)
-        # Our own loop without a task factory: what its create_task would do, minus a frame.
-        task: asyncio.Task[T] = asyncio.Task(coro, loop=loop, name=name, context=context)
-        _step_now(loop, task)
+        task: asyncio.Task[T] = _Task(coro, loop=loop, name=name, context=context)
+        ready: collections.deque[asyncio.Handle] = loop._ready  # type: ignore[attr-defined]
+        if ready:
+            handle = ready[-1]
+            if getattr(handle._callback, "__self__", None) is task:  # type: ignore[attr-defined]
+                ready.pop()
+                # What handle._run() does, minus its frame: a Task's step catches every
+                # exception but KeyboardInterrupt and SystemExit, which Handle._run re-raises.
+                handle._context.run(handle._callback)  # type: ignore[attr-defined]
         return task
 
     def _submit_task(
@@ -494,43 +571,28 @@ class PortalCore:
         self._soon(_cancel_task_of, future)
 
 
-def _step_now(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
-    """3.11, on the portal's own selector loop: run `task`'s first step now, as 3.12's eager
-    start does, instead of in the loop's next iteration.
-
-    A callee that finishes without suspending then costs no second loop iteration (no second
-    epoll call, no second GIL hand-off): the thread's round trip is one wake-up of the loop, as
-    for a bare ``call_soon_threadsafe`` callback. Sound where stepping the coroutine without a
-    Task is not: the step is the Task's own (`current_task()` is the task, its context is
-    entered), it merely runs earlier. Only the handle the Task's constructor has just appended
-    to the loop's ready queue is taken (a private structure of asyncio's `BaseEventLoop`, the
-    class `_PortalSelector` runs under), recognised by its callback's ``__self__``; anything
-    else leaves the task to the loop, as on other loops.
-    """
-    ready: collections.deque[asyncio.Handle] | None = getattr(loop, "_ready", None)
-    if not ready:
-        return
-    handle = ready[-1]
-    if getattr(handle._callback, "__self__", None) is not task:  # type: ignore[attr-defined]
-        return
-    ready.pop()
-    # What handle._run() does, minus its frame: a Task's step catches every exception but
-    # KeyboardInterrupt and SystemExit, which Handle._run re-raises too.
-    handle._context.run(handle._callback)  # type: ignore[attr-defined]
-
-
 class _PortalSelector(selectors.DefaultSelector):
     """The default selector, plus the portal's inbox hook around every select() call.
 
     Before a select that may block it publishes that the loop sleeps (threads then wake it
-    through the self-pipe, posting the drain itself) and re-checks the inbox; after a select
-    that no thread woke it schedules the inbox drain with a plain call_soon (the loop thread's
-    own ready queue: it runs in this very iteration, before the loop can select again).
+    with a bare self-pipe write) and re-checks the inbox; after every select it drains the
+    inbox itself (`PortalCore._drain_in_select`): no Handle per wake-up, and a post that
+    arrived while the loop was busy is served in the next iteration without waking anything.
     """
 
     def __init__(self, core: PortalCore) -> None:
         super().__init__()
         self._core = core
+        # The threads' wake-up socket: ours, not the loop's self-pipe, so a wake-up costs the
+        # loop no reader callback (a Handle and four Python calls) and the poster no Python
+        # frame (asyncio's _write_to_self). The loop never sees it: select() consumes its
+        # event. Non-blocking on both ends: a full buffer means a wake-up is pending anyway.
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        key = self.register(self._wake_r, selectors.EVENT_READ)
+        self._wake_event = (key, selectors.EVENT_READ)
+        core._wake = self._wake_w.send
 
     def select(
         self, timeout: float | None = None
@@ -541,20 +603,33 @@ class _PortalSelector(selectors.DefaultSelector):
             if core._inbox:
                 timeout = 0  # a post raced our decision to sleep: do not sleep
         try:
-            return super().select(timeout)
+            events = super().select(timeout)
         finally:
-            kicked = core._kicked
             core._sleeping = False
             core._kicked = False
-            # A kicked select's drain is the kick's own handle (queued by the poster before it
-            # wrote to the self-pipe; if it is still on its way, the pipe wakes the next select
-            # at once): none here. A drain too many would find the inbox empty, one too few
-            # cannot happen.
-            if not kicked and core._inbox and not core._inbox_scheduled:
-                core._inbox_scheduled = True
-                loop = core._loop
-                assert loop is not None
-                loop.call_soon(core._drain_inbox)
+        if events and self._wake_event in events:
+            events.remove(self._wake_event)
+            try:
+                self._wake_r.recv(4096)  # at most a few bytes: one per kicked select
+            except OSError:  # (BlockingIOError: nothing to read after all)
+                pass
+        if core._inbox:
+            # Whether a thread woke this select or it returned for other reasons: the posts
+            # run now, in this iteration (before the I/O callbacks it found).
+            core._drain_in_select()
+        return events
+
+    def close(self) -> None:
+        self._core._wake = _no_wake
+        try:
+            super().close()
+        finally:
+            self._wake_r.close()
+            self._wake_w.close()
+
+
+def _no_wake(data: bytes) -> None:
+    """The wake-up of a portal with no hooked loop (or whose loop is closed): none."""
 
 
 def _run_abort(waiter: ThreadWaiter) -> None:
@@ -568,3 +643,39 @@ def _cancel_task_of(future: PortalFuture[Any]) -> None:
     if task is not None:
         task.cancel()
 
+
+
+@final
+class _Call:
+    """One `Portal.call` in flight: the thread blocks on `done`, a raw lock taken at once and
+    released once, by whoever resolves the call.
+
+    The claim is the call's entry in the portal's `_calls` table: whoever pops it (the task
+    with the outcome, the shutdown or the final sweep with `ShutdownError`, the calling thread
+    giving up on Ctrl-C) resolves the call, once; everyone else finds it gone. ``dict.pop`` is
+    one C call that runs no Python code for these keys (identity hash), so it is atomic under
+    the GIL (and under the per-object lock of a free-threaded build). The loop side writes
+    `value` and `failed` before it releases `done`, and the thread reads them after.
+
+    No `ThreadWaiter` (two locks, a reentrant one among them, and fork generations): a call
+    never parks in a primitive's queue, and a forked child has no pending calls (it has no
+    loop thread, and its table is emptied).
+    """
+
+    __slots__ = ("args", "done", "failed", "fn", "task", "value")
+
+    # Set by `Portal.call` (no __init__: one Python frame fewer on the round trip), except
+    # `value`, written by whoever resolves the call.
+    fn: Callable[..., Awaitable[object]]
+    args: tuple[object, ...]
+    done: Any  # a _thread.lock
+    failed: bool
+    task: asyncio.Task[Any] | None
+    value: object
+
+
+def _abort_call(call: _Call) -> None:
+    """Loop thread: the caller gave up on `call` (Ctrl-C): cancel its task if it has one."""
+    task = call.task
+    if task is not None:
+        task.cancel()

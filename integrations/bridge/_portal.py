@@ -8,9 +8,12 @@ import dataclasses
 import inspect
 import sys
 import threading
+from _thread import allocate_lock as _allocate_lock
+from _thread import get_ident as _get_ident
 from collections.abc import Awaitable, Callable
 from concurrent.futures import CancelledError as FutureCancelledError
 from concurrent.futures import wait as wait_futures
+from contextvars import copy_context as _copy_context
 from types import CoroutineType as _CoroutineType
 from types import TracebackType
 from typing import Self, TypeVar, TypeVarTuple, Unpack, final, overload
@@ -20,7 +23,7 @@ from executors.aio import Channel as _Channel
 from executors.aio import Lock, Operation, SelectResult, Semaphore
 from executors.errors import ShutdownError
 
-from ._core import PortalCore
+from ._core import PortalCore, _abort_call, _Call
 from ._core import shutdown_error as _shutdown_error
 from ._shared_channel import BlockingSharedChannel, SharedChannel
 from ._shared_locks import (
@@ -36,7 +39,7 @@ from ._views import (
     BlockingTaskGroup,
     select_blocking,
 )
-from ._waiter import PortalFuture, ThreadWaiter
+from ._waiter import PortalFuture
 
 __all__ = ("Portal", "PortalStatistics")
 
@@ -140,14 +143,15 @@ class Portal(PortalCore):
             state=self._state,
             owns_loop=self._own,
             submitted=self._submitted,
-            pending=len(self._pending),
+            pending=len(self._pending) + len(self._calls),
             tasks=len(self._tasks),
             timeouts=self._timeouts,
         )
 
     def __repr__(self) -> str:
         kind = "" if self._own else " attached"
-        return (f"<Portal {self._name!r}{kind} {self._state} pending={len(self._pending)} "
+        pending = len(self._pending) + len(self._calls)
+        return (f"<Portal {self._name!r}{kind} {self._state} pending={pending} "
                 f"tasks={len(self._tasks)}>")
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -259,63 +263,92 @@ class Portal(PortalCore):
             ShutdownError: the portal is closed, or closed while the call was pending.
             concurrent.futures.CancelledError: the task was cancelled by something else.
         """
-        waiter = ThreadWaiter()
-        context = contextvars.copy_context()
-        self._submit(waiter, self._start_call, waiter, fn, args, context)
-        self._wait(waiter)
-        return waiter.outcome()  # type: ignore[return-value]
+        # The round trip's hot path (see `_Call`): one raw lock, one claim table, one post, no
+        # Python-level helper on this side. The checks are `_check_caller`'s, inlined; it runs
+        # only to raise.
+        loop = self._loop
+        if (self._closed or self._dead or loop is None or self._state == "idle"
+                or _get_ident() == self._loop_ident):
+            self._check_caller("Portal.call")
+            raise AssertionError("unreachable")  # pragma: no cover
+        call = _Call()
+        call.fn = fn
+        call.args = args
+        call.failed = False
+        call.task = None
+        done = call.done = _allocate_lock()
+        done.acquire()
+        calls = self._calls
+        try:
+            calls[call] = True
+            self._submitted += 1
+            self._post(loop, self._start_call, (call, _copy_context()))
+            if self._dead:
+                # The loop died after we checked: the final sweep may have missed `call`.
+                self._fail_call(call)  # type: ignore[unreachable]  # (another thread's write)
+            done.acquire()
+        except RuntimeError:  # from _post: the loop was closed meanwhile
+            if calls.pop(call, False):
+                raise _shutdown_error() from None
+            raise
+        except BaseException:
+            # Ctrl-C (or any exception) while blocked: if the call was still unresolved it is
+            # ours to undo (its task is cancelled on the loop); else its outcome is dropped.
+            if calls.pop(call, False):
+                self._soon(_abort_call, call)
+            raise
+        if call.failed:
+            error = call.value
+            del call.value
+            assert isinstance(error, BaseException)
+            try:
+                raise error
+            finally:
+                error = None
+        return call.value  # type: ignore[return-value]
 
-    def _start_call(
-        self,
-        waiter: ThreadWaiter,
-        fn: Callable[..., Awaitable[object]],
-        args: tuple[object, ...],
-        context: contextvars.Context,
-    ) -> None:
-        if not waiter.waiting:
-            return
+    def _start_call(self, call: _Call, context: contextvars.Context) -> None:
+        if call not in self._calls:
+            return  # the caller gave up (Ctrl-C) before we got here: nothing to undo
         if self._closing:
-            waiter.try_fail(_shutdown_error())
+            self._fail_call(call)
             return
         try:
             # The wrapper's coroutine is made here (making one runs none of its code); `fn` is
             # called inside the task, in `context`.
-            task = self._spawn(self._deliver(waiter, fn, args, context), context, None)
+            task = self._spawn(self._deliver(call), context, None)
         except BaseException as exc:
-            waiter.try_fail(exc)
+            self._resolve_call(call, exc, True)
             return
-        if not task.done():  # (3.12+: a trivial callee finished inside the constructor)
-            waiter.abort = task.cancel
+        if not task.done():  # (a trivial callee finished in its first step, run at once)
+            call.task = task
             self._tasks.add(task)
             # Off the round trip's path (the caller is woken from inside the task), and also
             # run for a task cancelled before its first step, whose body never runs.
             task.add_done_callback(self._tasks.discard)
 
-    async def _deliver(
-        self,
-        waiter: ThreadWaiter,
-        fn: Callable[..., Awaitable[object]],
-        args: tuple[object, ...],
-        context: contextvars.Context,
-    ) -> None:
+    async def _deliver(self, call: _Call) -> None:
         # The outcome goes to the caller from inside the task's own step: no done-callback,
         # so no extra loop iteration on the round trip.
         try:
-            awaitable = fn(*args)
+            awaitable = call.fn(*call.args)
             if type(awaitable) is not _CoroutineType and not inspect.isawaitable(awaitable):
                 raise TypeError(f"fn must return an awaitable (pass an async function), got "
                                 f"{type(awaitable).__name__}")
             result = await awaitable
         except asyncio.CancelledError:
-            waiter.try_fail(_shutdown_error() if self._closing else FutureCancelledError(
-                "the portal call's task was cancelled"))
+            self._resolve_call(call, _shutdown_error() if self._closing else FutureCancelledError(
+                "the portal call's task was cancelled"), True)
             raise
         except BaseException as exc:
             # Raised in the caller, not on the loop: a KeyboardInterrupt or SystemExit let out
             # of a task would also stop the loop (gh-102572).
-            waiter.try_fail(exc)
+            self._resolve_call(call, exc, True)
         else:
-            waiter.try_wake(result)
+            # `_resolve_call`, inlined on the round trip's path.
+            if self._calls.pop(call, False):
+                call.value = result  # (`failed` is False already)
+                call.done.release()
 
     def start_task_soon(
         self,
