@@ -243,8 +243,9 @@ class PortalCore:
         for call in list(self._calls):
             # Started calls fail at once (a callee may take its time to finish cancelling);
             # ones still in the inbox fail when `_start_call` sees `_closing`.
-            if call.task is not None and self._fail_call(call):
-                call.task.cancel()
+            task = call.task
+            if task is not None and self._fail_call(call):
+                task.cancel()
         for task in list(self._tasks):
             task.cancel()
         loop = self._loop
@@ -343,33 +344,13 @@ class PortalCore:
                 assert self._loop is not None
                 self._loop.call_soon(self._drain_inbox)
 
-    def _drain_in_select(self) -> None:
-        """Loop thread, own hooked loop: `_drain_inbox` run by `_PortalSelector.select` right
-        after the select returns, instead of as a loop callback (a Handle made, queued and run
-        per wake-up). It runs between two callbacks of the loop, as a Handle would; an
-        exception a callback lets out is reported as a Handle's would be (the loop's exception
-        handler), and the next callback runs."""
-        inbox = self._inbox
-        while inbox:
-            fn, args = inbox.popleft()
-            try:
-                fn(*args)
-            except (SystemExit, KeyboardInterrupt):
-                raise  # out of the loop, as from a Handle
-            except BaseException as exc:
-                loop = self._loop
-                assert loop is not None
-                loop.call_exception_handler({
-                    "message": f"Exception in portal callback {fn!r}",
-                    "exception": exc,
-                })
-
     def _resolve_call(self, call: _Call, value: object, failed: bool) -> bool:
         """Resolve `call` if it is still unresolved (its one claim); True if this did it."""
         if not self._calls.pop(call, False):
             return False
         call.failed = failed
         call.value = value
+        call.task = None  # the task dies on the loop thread, not in the caller's
         call.done.release()
         return True
 
@@ -576,7 +557,7 @@ class _PortalSelector(selectors.DefaultSelector):
 
     Before a select that may block it publishes that the loop sleeps (threads then wake it
     with a bare self-pipe write) and re-checks the inbox; after every select it drains the
-    inbox itself (`PortalCore._drain_in_select`): no Handle per wake-up, and a post that
+    inbox itself: no Handle per wake-up, and a post that
     arrived while the loop was busy is served in the next iteration without waking anything.
     """
 
@@ -613,10 +594,26 @@ class _PortalSelector(selectors.DefaultSelector):
                 self._wake_r.recv(4096)  # at most a few bytes: one per kicked select
             except OSError:  # (BlockingIOError: nothing to read after all)
                 pass
-        if core._inbox:
-            # Whether a thread woke this select or it returned for other reasons: the posts
-            # run now, in this iteration (before the I/O callbacks it found).
-            core._drain_in_select()
+        # Whether a thread woke this select or it returned for other reasons, the posts run
+        # now, in this iteration (before the I/O callbacks it found): `_drain_inbox` run here
+        # instead of as a loop callback (a Handle made, queued and run per wake-up), inline.
+        # This is between two callbacks of the loop, as a Handle would be; an exception a
+        # callback lets out is reported as a Handle's would be (the loop's exception
+        # handler), and the next callback runs.
+        inbox = core._inbox
+        while inbox:
+            fn, args = inbox.popleft()
+            try:
+                fn(*args)
+            except (SystemExit, KeyboardInterrupt):
+                raise  # out of the loop, as from a Handle
+            except BaseException as exc:
+                loop = core._loop
+                assert loop is not None
+                loop.call_exception_handler({
+                    "message": f"Exception in portal callback {fn!r}",
+                    "exception": exc,
+                })
         return events
 
     def close(self) -> None:
@@ -676,6 +673,6 @@ class _Call:
 
 def _abort_call(call: _Call) -> None:
     """Loop thread: the caller gave up on `call` (Ctrl-C): cancel its task if it has one."""
-    task = call.task
+    task, call.task = call.task, None  # (it dies on the loop thread, not in the caller's)
     if task is not None:
         task.cancel()

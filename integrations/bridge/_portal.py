@@ -282,7 +282,17 @@ class Portal(PortalCore):
         try:
             calls[call] = True
             self._submitted += 1
-            self._post(loop, self._start_call, (call, _copy_context()))
+            if self._hooked:
+                # `_post` for our own loop, inline (see there).
+                self._inbox.append((self._start_call, (call, _copy_context())))
+                if self._sleeping and not self._kicked:
+                    self._kicked = True
+                    try:
+                        self._wake(b"\0")
+                    except OSError:
+                        pass
+            else:
+                self._post(loop, self._start_call, (call, _copy_context()))
             if self._dead:
                 # The loop died after we checked: the final sweep may have missed `call`.
                 self._fail_call(call)  # type: ignore[unreachable]  # (another thread's write)
@@ -294,6 +304,9 @@ class Portal(PortalCore):
         except BaseException:
             # Ctrl-C (or any exception) while blocked: if the call was still unresolved it is
             # ours to undo (its task is cancelled on the loop); else its outcome is dropped.
+            # (If it struck at the wake-up, the byte may not have gone: the next post kicks
+            # again; one wake-up too many costs nothing.)
+            self._kicked = False
             if calls.pop(call, False):
                 self._soon(_abort_call, call)
             raise
@@ -348,6 +361,9 @@ class Portal(PortalCore):
             # `_resolve_call`, inlined on the round trip's path.
             if self._calls.pop(call, False):
                 call.value = result  # (`failed` is False already)
+                # The task dies on the loop thread, not in the caller's (where its finalizers,
+                # asyncio's weak task set among them, could meet a Ctrl-C).
+                call.task = None
                 call.done.release()
 
     def start_task_soon(

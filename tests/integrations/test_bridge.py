@@ -1039,6 +1039,112 @@ def test_ctrl_c_while_blocked_in_get_leaves_no_waiter(portal: Portal) -> None:
     assert on_loop(portal, ch.statistics).waiting_getters == 0
 
 
+def test_ctrl_c_while_blocked_in_call_cancels_its_task(portal: Portal) -> None:
+    """SIGINT to a thread blocked in call(): KeyboardInterrupt in the caller, the callee's task
+    is cancelled (its cleanup runs), and the call is no longer pending."""
+    assert threading.current_thread() is threading.main_thread()
+    main = threading.main_thread().ident
+    assert main is not None
+    started = threading.Event()
+    cancelled = threading.Event()
+
+    async def forever() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    def interrupt() -> None:
+        started.wait(10)
+        signal.pthread_kill(main, signal.SIGINT)
+
+    t = start_thread(interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        portal.call(forever)
+    t.join(10)
+    assert cancelled.wait(10)
+    wait_until(lambda: portal.statistics().tasks == 0)
+    assert portal.statistics().pending == 0
+
+
+def test_calls_interrupted_at_random_points_leave_nothing_behind(portal: Portal) -> None:
+    """A signal handler raising KeyboardInterrupt every 0.1-1 ms while the main thread makes
+    calls (some finishing at once, some suspending): each call returns its value or raises
+    KeyboardInterrupt, later calls work, and afterwards nothing is pending, no task is left
+    and every callee that started either finished or was cancelled."""
+    assert threading.current_thread() is threading.main_thread()
+    rng = random.Random(7)
+    started = [0]
+    ended = [0]
+
+    async def callee(x: int, suspend: bool) -> int:
+        started[0] += 1
+        try:
+            if suspend:
+                await asyncio.sleep(0)
+            return x
+        finally:
+            ended[0] += 1
+
+    stopping = [False]
+
+    def interrupt(signum: int, frame: object) -> None:
+        if stopping[0]:
+            return
+        signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.0001, 0.001))
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    interrupts = returned = 0
+    deadline = time.monotonic() + 1.0
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.001)
+        while True:
+            try:  # (also catches what strikes between the calls, at the loop's own checks)
+                while time.monotonic() < deadline:
+                    try:
+                        x = rng.randrange(1000)
+                        if portal.call(callee, x, rng.random() < 0.5) != x:
+                            raise AssertionError("a call returned another call's value")
+                        returned += 1
+                    except KeyboardInterrupt:
+                        interrupts += 1
+                break
+            except KeyboardInterrupt:
+                interrupts += 1
+    finally:
+        stopping[0] = True  # (no check between the break and this store)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert returned > 0 and interrupts > 0
+    assert portal.call(callee, 5, True) == 5
+    wait_until(lambda: portal.statistics().tasks == 0 and portal.statistics().pending == 0)
+    assert on_loop(portal, lambda: started[0] == ended[0])
+
+
+def test_a_raising_inbox_callback_is_reported_and_the_next_one_runs(portal: Portal) -> None:
+    """A loop callback posted by a thread that raises goes to the loop's exception handler
+    (as a Handle's would), and the callbacks posted after it still run, in order."""
+    reported: list[BaseException | None] = []
+    ran: list[int] = []
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
+        error = context.get("exception")
+        reported.append(error if isinstance(error, BaseException) else None)
+
+    def fail() -> None:
+        raise ValueError("boom")
+
+    on_loop(portal, portal.loop.set_exception_handler, handler)
+    portal._soon(ran.append, 1)
+    portal._soon(fail)
+    portal._soon(ran.append, 2)
+    wait_until(lambda: ran == [1, 2])
+    assert [type(e) for e in reported] == [ValueError]
+
+
 def test_idle_parked_thread_uses_no_cpu(portal: Portal) -> None:
     """A thread parked in acquire blocks on a lock: the process burns ~no CPU meanwhile."""
     sem = Semaphore(0)
