@@ -7,17 +7,16 @@ import collections
 import contextvars
 import inspect
 import itertools
-import selectors
-import socket
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
-from typing import Any, TypeVar, final
+from typing import Any, TypeVar
 
 from executors.errors import ShutdownError
 
-from ._waiter import PortalFuture, ThreadWaiter
+from ._selector import PortalSelector, no_wake
+from ._waiter import PortalFuture, ThreadWaiter, _Call
 
 __all__ = ("PortalCore", "shutdown_error")
 
@@ -116,7 +115,7 @@ class PortalCore:
         self._inbox: collections.deque[tuple[Callable[..., object], tuple[object, ...]]] = (
             collections.deque())
         self._inbox_scheduled = False
-        # The loop-side hook (own loops on the default selector loop, see _PortalSelector):
+        # The loop-side hook (own loops on the default selector loop, see PortalSelector):
         # `_sleeping` is True while the loop thread is in, or about to enter, a select() that
         # may block; `_kicked` once a thread has written to the selector's wake-up socket for
         # that select (`_wake`: that socket's send, bound).
@@ -126,7 +125,7 @@ class PortalCore:
         self._hooked = False
         self._sleeping = False
         self._kicked = False
-        self._wake: Callable[[bytes], object] = _no_wake
+        self._wake: Callable[[bytes], object] = no_wake
         self._started = threading.Event()
         self._startup_error: BaseException | None = None
         self._drained = threading.Event()
@@ -172,14 +171,14 @@ class PortalCore:
 
     def _new_loop(self) -> asyncio.AbstractEventLoop:
         """The portal's own loop: the one `asyncio.new_event_loop` makes, on our hooked
-        selector (`_PortalSelector`) when that is the stock selector loop. Any other loop
+        selector (`PortalSelector`) when that is the stock selector loop. Any other loop
         (uvloop, the Windows proactor, a policy's own class) is used as it is, without the
         hook: threads then wake it through call_soon_threadsafe, as for an attached loop."""
         loop = asyncio.new_event_loop()
         if type(loop) is not asyncio.SelectorEventLoop or not _GIL:
             return loop
         loop.close()  # the same class again, on our selector (a socketpair, once per portal)
-        loop = asyncio.SelectorEventLoop(_PortalSelector(self))
+        loop = asyncio.SelectorEventLoop(PortalSelector(self))
         self._hooked = True
         return loop
 
@@ -228,7 +227,7 @@ class PortalCore:
         self._inbox = collections.deque()
         self._inbox_scheduled = False
         self._hooked = self._sleeping = self._kicked = False
-        self._wake = _no_wake
+        self._wake = no_wake
         self._drained = threading.Event()
         self._drained.set()
 
@@ -303,11 +302,11 @@ class PortalCore:
         self._inbox.append((fn, args))
         if self._hooked:
             # The loop drains after its next select(); wake it only if that select may block
-            # (Dekker-style with _PortalSelector.select: we append then read _sleeping, it sets
+            # (Dekker-style with PortalSelector.select: we append then read _sleeping, it sets
             # _sleeping then reads the inbox; under the GIL one of us sees the other's write).
             # The wake-up is one byte to the selector's own wake-up socket: no Handle, no
             # Python frame on either side (the selector drains the inbox itself when its select
-            # returns, and reads that byte without telling the loop, see _PortalSelector).
+            # returns, and reads that byte without telling the loop, see PortalSelector).
             if self._sleeping and not self._kicked:
                 self._kicked = True
                 try:
@@ -466,7 +465,7 @@ class PortalCore:
         coroutine without a Task is not: the step is the Task's own (`current_task()` is the
         task, its context is entered), it merely runs earlier. Only the handle the constructor
         has just appended to the loop's ready queue is taken (a private structure of asyncio's
-        `BaseEventLoop`, the class `_PortalSelector` runs under), recognised by its callback's
+        `BaseEventLoop`, the class `PortalSelector` runs under), recognised by its callback's
         ``__self__``; anything else leaves the task to the loop, as on other loops. (Inline,
         as the task factory test: this is the round trip's path.)
         """
@@ -552,83 +551,6 @@ class PortalCore:
         self._soon(_cancel_task_of, future)
 
 
-class _PortalSelector(selectors.DefaultSelector):
-    """The default selector, plus the portal's inbox hook around every select() call.
-
-    Before a select that may block it publishes that the loop sleeps (threads then wake it
-    with a bare self-pipe write) and re-checks the inbox; after every select it drains the
-    inbox itself: no Handle per wake-up, and a post that
-    arrived while the loop was busy is served in the next iteration without waking anything.
-    """
-
-    def __init__(self, core: PortalCore) -> None:
-        super().__init__()
-        self._core = core
-        # The threads' wake-up socket: ours, not the loop's self-pipe, so a wake-up costs the
-        # loop no reader callback (a Handle and four Python calls) and the poster no Python
-        # frame (asyncio's _write_to_self). The loop never sees it: select() consumes its
-        # event. Non-blocking on both ends: a full buffer means a wake-up is pending anyway.
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
-        key = self.register(self._wake_r, selectors.EVENT_READ)
-        self._wake_event = (key, selectors.EVENT_READ)
-        core._wake = self._wake_w.send
-
-    def select(
-        self, timeout: float | None = None
-    ) -> list[tuple[selectors.SelectorKey, int]]:
-        core = self._core
-        if timeout is None or timeout > 0:
-            core._sleeping = True
-            if core._inbox:
-                timeout = 0  # a post raced our decision to sleep: do not sleep
-        try:
-            events = super().select(timeout)
-        finally:
-            core._sleeping = False
-            core._kicked = False
-        if events and self._wake_event in events:
-            events.remove(self._wake_event)
-            try:
-                self._wake_r.recv(4096)  # at most a few bytes: one per kicked select
-            except OSError:  # (BlockingIOError: nothing to read after all)
-                pass
-        # Whether a thread woke this select or it returned for other reasons, the posts run
-        # now, in this iteration (before the I/O callbacks it found): `_drain_inbox` run here
-        # instead of as a loop callback (a Handle made, queued and run per wake-up), inline.
-        # This is between two callbacks of the loop, as a Handle would be; an exception a
-        # callback lets out is reported as a Handle's would be (the loop's exception
-        # handler), and the next callback runs.
-        inbox = core._inbox
-        while inbox:
-            fn, args = inbox.popleft()
-            try:
-                fn(*args)
-            except (SystemExit, KeyboardInterrupt):
-                raise  # out of the loop, as from a Handle
-            except BaseException as exc:
-                loop = core._loop
-                assert loop is not None
-                loop.call_exception_handler({
-                    "message": f"Exception in portal callback {fn!r}",
-                    "exception": exc,
-                })
-        return events
-
-    def close(self) -> None:
-        self._core._wake = _no_wake
-        try:
-            super().close()
-        finally:
-            self._wake_r.close()
-            self._wake_w.close()
-
-
-def _no_wake(data: bytes) -> None:
-    """The wake-up of a portal with no hooked loop (or whose loop is closed): none."""
-
-
 def _run_abort(waiter: ThreadWaiter) -> None:
     abort = waiter.abort
     if abort is not None:
@@ -637,42 +559,5 @@ def _run_abort(waiter: ThreadWaiter) -> None:
 
 def _cancel_task_of(future: PortalFuture[Any]) -> None:
     task = future._task
-    if task is not None:
-        task.cancel()
-
-
-
-@final
-class _Call:
-    """One `Portal.call` in flight: the thread blocks on `done`, a raw lock taken at once and
-    released once, by whoever resolves the call.
-
-    The claim is the call's entry in the portal's `_calls` table: whoever pops it (the task
-    with the outcome, the shutdown or the final sweep with `ShutdownError`, the calling thread
-    giving up on Ctrl-C) resolves the call, once; everyone else finds it gone. ``dict.pop`` is
-    one C call that runs no Python code for these keys (identity hash), so it is atomic under
-    the GIL (and under the per-object lock of a free-threaded build). The loop side writes
-    `value` and `failed` before it releases `done`, and the thread reads them after.
-
-    No `ThreadWaiter` (two locks, a reentrant one among them, and fork generations): a call
-    never parks in a primitive's queue, and a forked child has no pending calls (it has no
-    loop thread, and its table is emptied).
-    """
-
-    __slots__ = ("args", "done", "failed", "fn", "task", "value")
-
-    # Set by `Portal.call` (no __init__: one Python frame fewer on the round trip), except
-    # `value`, written by whoever resolves the call.
-    fn: Callable[..., Awaitable[object]]
-    args: tuple[object, ...]
-    done: Any  # a _thread.lock
-    failed: bool
-    task: asyncio.Task[Any] | None
-    value: object
-
-
-def _abort_call(call: _Call) -> None:
-    """Loop thread: the caller gave up on `call` (Ctrl-C): cancel its task if it has one."""
-    task, call.task = call.task, None  # (it dies on the loop thread, not in the caller's)
     if task is not None:
         task.cancel()

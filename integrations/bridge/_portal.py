@@ -23,7 +23,7 @@ from executors.aio import Channel as _Channel
 from executors.aio import Lock, Operation, SelectResult, Semaphore
 from executors.errors import ShutdownError
 
-from ._core import PortalCore, _abort_call, _Call
+from ._core import PortalCore
 from ._core import shutdown_error as _shutdown_error
 from ._shared_channel import BlockingSharedChannel, SharedChannel
 from ._shared_locks import (
@@ -39,7 +39,7 @@ from ._views import (
     BlockingTaskGroup,
     select_blocking,
 )
-from ._waiter import PortalFuture
+from ._waiter import PortalFuture, _abort_call, _Call
 
 __all__ = ("Portal", "PortalStatistics")
 

@@ -1,13 +1,14 @@
-"""ThreadWaiter and PortalFuture: how a plain thread waits for work done on a portal's loop."""
+"""ThreadWaiter, PortalFuture and the `Portal.call` record: how a plain thread waits for work done
+on a portal's loop."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
-from typing import ClassVar, Final, TypeVar, final
+from typing import Any, ClassVar, Final, TypeVar, final
 
 # The one sanctioned import of a private executors module (the bridge rule of ARCHITECTURE.md):
 # the waiter protocol every aio primitive parks its waiters with, so threads can join the same
@@ -224,3 +225,39 @@ class PortalFuture(Future[T]):
                 self.set_exception(error)
             except Exception:  # InvalidStateError: completed by a racing shutdown sweep
                 pass
+
+
+@final
+class _Call:
+    """One `Portal.call` in flight: the thread blocks on `done`, a raw lock taken at once and
+    released once, by whoever resolves the call.
+
+    The claim is the call's entry in the portal's `_calls` table: whoever pops it (the task
+    with the outcome, the shutdown or the final sweep with `ShutdownError`, the calling thread
+    giving up on Ctrl-C) resolves the call, once; everyone else finds it gone. ``dict.pop`` is
+    one C call that runs no Python code for these keys (identity hash), so it is atomic under
+    the GIL (and under the per-object lock of a free-threaded build). The loop side writes
+    `value` and `failed` before it releases `done`, and the thread reads them after.
+
+    No `ThreadWaiter` (two locks, a reentrant one among them, and fork generations): a call
+    never parks in a primitive's queue, and a forked child has no pending calls (it has no
+    loop thread, and its table is emptied).
+    """
+
+    __slots__ = ("args", "done", "failed", "fn", "task", "value")
+
+    # Set by `Portal.call` (no __init__: one Python frame fewer on the round trip), except
+    # `value`, written by whoever resolves the call.
+    fn: Callable[..., Awaitable[object]]
+    args: tuple[object, ...]
+    done: Any  # a _thread.lock
+    failed: bool
+    task: asyncio.Task[Any] | None
+    value: object
+
+
+def _abort_call(call: _Call) -> None:
+    """Loop thread: the caller gave up on `call` (Ctrl-C): cancel its task if it has one."""
+    task, call.task = call.task, None  # (it dies on the loop thread, not in the caller's)
+    if task is not None:
+        task.cancel()

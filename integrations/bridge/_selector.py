@@ -1,0 +1,91 @@
+"""The portal's own loop's selector: the inbox hook around every select(), and the wake-up
+socket threads write to."""
+
+from __future__ import annotations
+
+import selectors
+import socket
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._core import PortalCore
+
+__all__ = ("PortalSelector", "no_wake")
+
+
+class PortalSelector(selectors.DefaultSelector):
+    """The default selector, plus the portal's inbox hook around every select() call.
+
+    Before a select that may block it publishes that the loop sleeps (threads then wake it
+    with one byte to the selector's own wake-up socket) and re-checks the inbox; after every
+    select it drains the inbox itself: no Handle per wake-up, and a post that arrived while
+    the loop was busy is served in the next iteration without waking anything. The threads'
+    side of the handshake is `PortalCore._post` (and `Portal.call`, inline).
+    """
+
+    def __init__(self, core: PortalCore) -> None:
+        super().__init__()
+        self._core = core
+        # The threads' wake-up socket: ours, not the loop's self-pipe, so a wake-up costs the
+        # loop no reader callback (a Handle and four Python calls) and the poster no Python
+        # frame (asyncio's _write_to_self). The loop never sees it: select() consumes its
+        # event. Non-blocking on both ends: a full buffer means a wake-up is pending anyway.
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        key = self.register(self._wake_r, selectors.EVENT_READ)
+        self._wake_event = (key, selectors.EVENT_READ)
+        core._wake = self._wake_w.send
+
+    def select(
+        self, timeout: float | None = None
+    ) -> list[tuple[selectors.SelectorKey, int]]:
+        core = self._core
+        if timeout is None or timeout > 0:
+            core._sleeping = True
+            if core._inbox:
+                timeout = 0  # a post raced our decision to sleep: do not sleep
+        try:
+            events = super().select(timeout)
+        finally:
+            core._sleeping = False
+            core._kicked = False
+        if events and self._wake_event in events:
+            events.remove(self._wake_event)
+            try:
+                self._wake_r.recv(4096)  # at most a few bytes: one per kicked select
+            except OSError:  # (BlockingIOError: nothing to read after all)
+                pass
+        # Whether a thread woke this select or it returned for other reasons, the posts run
+        # now, in this iteration (before the I/O callbacks it found): `_drain_inbox` run here
+        # instead of as a loop callback (a Handle made, queued and run per wake-up), inline.
+        # This is between two callbacks of the loop, as a Handle would be; an exception a
+        # callback lets out is reported as a Handle's would be (the loop's exception
+        # handler), and the next callback runs.
+        inbox = core._inbox
+        while inbox:
+            fn, args = inbox.popleft()
+            try:
+                fn(*args)
+            except (SystemExit, KeyboardInterrupt):
+                raise  # out of the loop, as from a Handle
+            except BaseException as exc:
+                loop = core._loop
+                assert loop is not None
+                loop.call_exception_handler({
+                    "message": f"Exception in portal callback {fn!r}",
+                    "exception": exc,
+                })
+        return events
+
+    def close(self) -> None:
+        self._core._wake = no_wake
+        try:
+            super().close()
+        finally:
+            self._wake_r.close()
+            self._wake_w.close()
+
+
+def no_wake(data: bytes) -> None:
+    """The wake-up of a portal with no hooked loop (or whose loop is closed): none."""
