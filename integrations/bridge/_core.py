@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from executors.errors import ShutdownError
 
-from ._selector import PortalSelector, no_wake
+from ._selector import PortalSelector, StepTakingLoop, no_wake
 from ._waiter import PortalFuture, ThreadWaiter, _Call
 
 __all__ = ("PortalCore", "shutdown_error")
@@ -178,7 +178,8 @@ class PortalCore:
         if type(loop) is not asyncio.SelectorEventLoop or not _GIL:
             return loop
         loop.close()  # the same class again, on our selector (a socketpair, once per portal)
-        loop = asyncio.SelectorEventLoop(PortalSelector(self))
+        loop = (asyncio.SelectorEventLoop if _EAGER_START else StepTakingLoop)(
+            PortalSelector(self))
         self._hooked = True
         return loop
 
@@ -457,17 +458,16 @@ class PortalCore:
     ) -> asyncio.Task[T]:
         """A task for `coro` on the portal's loop, its first step run at once where we can:
         3.12+, eager start; 3.11, on our own selector loop without a task factory, the step the
-        Task's constructor has just queued, taken back and run now.
+        Task's constructor hands to the loop's `call_soon`, taken over and run now.
 
         3.11: a callee that finishes without suspending then costs no second loop iteration (no
         second epoll call, no second GIL hand-off): the thread's round trip is one wake-up of
         the loop, as for a bare ``call_soon_threadsafe`` callback. Sound where stepping the
         coroutine without a Task is not: the step is the Task's own (`current_task()` is the
-        task, its context is entered), it merely runs earlier. Only the handle the constructor
-        has just appended to the loop's ready queue is taken (a private structure of asyncio's
-        `BaseEventLoop`, the class `PortalSelector` runs under), recognised by its callback's
-        ``__self__``; anything else leaves the task to the loop, as on other loops. (Inline,
-        as the task factory test: this is the round trip's path.)
+        task, its context is entered), it merely runs earlier. The step never becomes a Handle
+        in the loop's ready queue (`StepTakingLoop.call_soon` gives it to us instead); on any
+        other loop the task is left to the loop. (Inline, as the task factory test: this is
+        the round trip's path.)
         """
         loop = self._loop
         assert loop is not None
@@ -476,15 +476,17 @@ class PortalCore:
                          eager_start=True)  # type: ignore[call-arg,unused-ignore]
         if not self._hooked or loop._task_factory is not None:  # type: ignore[attr-defined]
             return loop.create_task(coro, name=name, context=context)
-        task: asyncio.Task[T] = _Task(coro, loop=loop, name=name, context=context)
-        ready: collections.deque[asyncio.Handle] = loop._ready  # type: ignore[attr-defined]
-        if ready:
-            handle = ready[-1]
-            if getattr(handle._callback, "__self__", None) is task:  # type: ignore[attr-defined]
-                ready.pop()
-                # What handle._run() does, minus its frame: a Task's step catches every
-                # exception but KeyboardInterrupt and SystemExit, which Handle._run re-raises.
-                handle._context.run(handle._callback)  # type: ignore[attr-defined]
+        own: StepTakingLoop = loop  # type: ignore[assignment]  # (the hooked loop, on 3.11)
+        own.taking = True
+        try:
+            task: asyncio.Task[T] = _Task(coro, loop=loop, name=name, context=context)
+        finally:
+            taken, own.taken, own.taking = own.taken, None, False
+        if taken is not None:
+            # What the step's Handle would do when run, minus the Handle: a Task's step
+            # catches every exception but KeyboardInterrupt and SystemExit, which Handle._run
+            # re-raises too.
+            taken[1].run(taken[0])
         return task
 
     def _submit_task(

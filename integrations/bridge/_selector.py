@@ -1,16 +1,21 @@
-"""The portal's own loop's selector: the inbox hook around every select(), and the wake-up
-socket threads write to."""
+"""The portal's own loop: its selector (the inbox hook around every select(), and the wake-up
+socket threads write to) and, on 3.11, its `call_soon` that hands a new task's first step over."""
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import selectors
 import socket
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._core import PortalCore
 
-__all__ = ("PortalSelector", "no_wake")
+__all__ = ("PortalSelector", "StepTakingLoop", "no_wake")
+
+_Task = asyncio.Task
 
 
 class PortalSelector(selectors.DefaultSelector):
@@ -89,3 +94,41 @@ class PortalSelector(selectors.DefaultSelector):
 
 def no_wake(data: bytes) -> None:
     """The wake-up of a portal with no hooked loop (or whose loop is closed): none."""
+
+
+class StepTakingLoop(asyncio.SelectorEventLoop):
+    """Python 3.11: the portal's own loop, whose `call_soon` can hand a new task's first step
+    to the code creating the task instead of queuing it (`PortalCore._spawn` runs it at once,
+    as 3.12's eager start does; 3.12+ use asyncio's loop and eager start).
+
+    `_spawn` sets `taking` just before it constructs a Task and clears it right after: the
+    Task's constructor calls ``loop.call_soon(step, context=...)`` once, and that step, a
+    Task's bound step, is stored in `taken` instead of becoming a Handle in the ready queue.
+    Any other callback, and every call while `taking` is False, is scheduled as by asyncio's
+    own `call_soon`, whose body this is (copied rather than called through ``super()``: a
+    Python frame fewer on every callback the loop schedules, future callbacks included).
+    """
+
+    taking = False
+    taken: tuple[Callable[[], object], contextvars.Context] | None = None
+
+    def call_soon(  # type: ignore[override]
+        self, callback: Callable[..., object], *args: Any,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Handle | None:
+        if self.taking and type(getattr(callback, "__self__", None)) is _Task:
+            # A task created on the loop thread by the running loop (it cannot be closed),
+            # with its own context: the step alone, no checks, no Handle.
+            self.taking = False
+            assert context is not None
+            self.taken = (callback, context)
+            return None
+        # asyncio.BaseEventLoop.call_soon (3.11), unchanged.
+        self._check_closed()  # type: ignore[attr-defined]
+        if self._debug:  # type: ignore[attr-defined]
+            self._check_thread()  # type: ignore[attr-defined]
+            self._check_callback(callback, "call_soon")  # type: ignore[attr-defined]
+        handle = self._call_soon(callback, args, context)  # type: ignore[attr-defined]
+        if handle._source_traceback:
+            del handle._source_traceback[-1]
+        return handle  # type: ignore[no-any-return]

@@ -176,6 +176,30 @@ def test_a_call_that_never_suspends_costs_one_loop_iteration(portal: Portal) -> 
     assert count[0] <= calls * 1.2 + 3, count[0]
 
 
+def test_only_the_calls_own_task_starts_at_once(portal: Portal) -> None:
+    """The first step run at once is the call's own task's: callbacks and tasks its callee
+    schedules are queued on the loop and run in FIFO order, as on any asyncio loop (3.11's
+    portal loop takes over one step per call, never a later one)."""
+    order: list[int] = []
+
+    async def child() -> None:
+        order.append(2)
+
+    async def body() -> list[int]:
+        loop = asyncio.get_running_loop()
+        loop.call_soon(order.append, 1)
+        task = loop.create_task(child())
+        loop.call_soon(order.append, 3)
+        order.append(0)
+        await task
+        await asyncio.sleep(0)
+        return order
+
+    for _ in range(3):
+        order.clear()
+        assert portal.call(body) == [0, 1, 2, 3]
+
+
 def test_posts_to_a_busy_loop_do_not_write_to_its_self_pipe(portal: Portal) -> None:
     """While the loop runs callbacks, thread posts are drained without waking it.
 
