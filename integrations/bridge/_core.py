@@ -477,11 +477,11 @@ class PortalCore:
         if not self._hooked or loop._task_factory is not None:  # type: ignore[attr-defined]
             return loop.create_task(coro, name=name, context=context)
         own: StepTakingLoop = loop  # type: ignore[assignment]  # (the hooked loop, on 3.11)
-        own.taking = True
+        own.taking = coro
         try:
             task: asyncio.Task[T] = _Task(coro, loop=loop, name=name, context=context)
         finally:
-            taken, own.taken, own.taking = own.taken, None, False
+            taken, own.taken, own.taking = own.taken, None, None
         if taken is not None:
             # What the step's Handle would do when run, minus the Handle: a Task's step
             # catches every exception but KeyboardInterrupt and SystemExit, which Handle._run

@@ -101,28 +101,31 @@ class StepTakingLoop(asyncio.SelectorEventLoop):
     to the code creating the task instead of queuing it (`PortalCore._spawn` runs it at once,
     as 3.12's eager start does; 3.12+ use asyncio's loop and eager start).
 
-    `_spawn` sets `taking` just before it constructs a Task and clears it right after: the
-    Task's constructor calls ``loop.call_soon(step, context=...)`` once, and that step, a
-    Task's bound step, is stored in `taken` instead of becoming a Handle in the ready queue.
-    Any other callback, and every call while `taking` is False, is scheduled as by asyncio's
+    `_spawn` sets `taking` to the coroutine it is about to wrap in a Task and clears it right
+    after: the Task's constructor, having stored that coroutine, calls
+    ``loop.call_soon(step, context=...)`` once, and that step (a bound method of a Task whose
+    coroutine is `taking`) is stored in `taken` instead of becoming a Handle in the ready
+    queue. Any other callback, and every call while `taking` is None, is scheduled by asyncio's
     own `call_soon`, whose body this is (copied rather than called through ``super()``: a
     Python frame fewer on every callback the loop schedules, future callbacks included).
     """
 
-    taking = False
+    taking: object = None
     taken: tuple[Callable[[], object], contextvars.Context] | None = None
 
     def call_soon(  # type: ignore[override]
         self, callback: Callable[..., object], *args: Any,
         context: contextvars.Context | None = None,
     ) -> asyncio.Handle | None:
-        if self.taking and type(getattr(callback, "__self__", None)) is _Task:
-            # A task created on the loop thread by the running loop (it cannot be closed),
-            # with its own context: the step alone, no checks, no Handle.
-            self.taking = False
-            assert context is not None
-            self.taken = (callback, context)
-            return None
+        coro = self.taking
+        if coro is not None and context is not None:
+            task = getattr(callback, "__self__", None)
+            if type(task) is _Task and task.get_coro() is coro:
+                # The step of the task `_spawn` is making, on the loop thread of the running
+                # loop (it cannot be closed): the step alone, no checks, no Handle.
+                self.taking = None
+                self.taken = (callback, context)
+                return None
         # asyncio.BaseEventLoop.call_soon (3.11), unchanged.
         self._check_closed()  # type: ignore[attr-defined]
         if self._debug:  # type: ignore[attr-defined]
