@@ -106,8 +106,7 @@ class StepTakingLoop(asyncio.SelectorEventLoop):
     ``loop.call_soon(step, context=...)`` once, and that step (a bound method of a Task whose
     coroutine is `taking`) is stored in `taken` instead of becoming a Handle in the ready
     queue. Any other callback, and every call while `taking` is None, is scheduled by asyncio's
-    own `call_soon`, whose body this is (copied rather than called through ``super()``: a
-    Python frame fewer on every callback the loop schedules, future callbacks included).
+    own `call_soon`.
     """
 
     taking: object = None
@@ -126,12 +125,4 @@ class StepTakingLoop(asyncio.SelectorEventLoop):
                 self.taking = None
                 self.taken = (callback, context)
                 return None
-        # asyncio.BaseEventLoop.call_soon (3.11), unchanged.
-        self._check_closed()  # type: ignore[attr-defined]
-        if self._debug:  # type: ignore[attr-defined]
-            self._check_thread()  # type: ignore[attr-defined]
-            self._check_callback(callback, "call_soon")  # type: ignore[attr-defined]
-        handle = self._call_soon(callback, args, context)  # type: ignore[attr-defined]
-        if handle._source_traceback:
-            del handle._source_traceback[-1]
-        return handle  # type: ignore[no-any-return]
+        return super().call_soon(callback, *args, context=context)
