@@ -17,10 +17,12 @@ A `BackgroundService` given a store (``BackgroundService(store="sqlite:///jobs.d
   The completion is fenced by the claim's version: a refused renewal or completion is a lost
   lease (`LeaseLost`, counted in `StoreStatus.lease_lost`). A completion the store could not
   take (unreachable) is retried by the loop.
-- **Status.** Every `SNAPSHOT_EVERY` (or less often: at most 5 % of the loop's time) the loop
-  brings its copy of the store's records up to date for `status()`. A store that can say what
-  changed since a mark (the SQLite store's `changed_since`) is read for the changes only, and
-  whole every `WHOLE_EVERY`; any other store is read whole each time.
+- **Status.** The loop keeps a copy of the store's records for `status()`: read at start, then
+  brought up to date while `status()` is being asked for, at most every `SNAPSHOT_EVERY` (and
+  at most 5 % of the loop's time); a service nobody asks reads nothing for it. A store that
+  can say what changed since a mark (the SQLite store's `changed_since`) is read for the
+  changes only, and whole every `WHOLE_EVERY`; any other store is read whole each time. The
+  next fire time a claim gives its schedule is shown on the job at once.
 - **Sleep.** Between claims the loop sleeps until the store's earliest next fire time
   (`ScheduleStore.next_due`, converted from the store's clock to a monotonic delay), never
   longer than `POLL` (1 s): a pause, resume, reschedule, removal or run-now made by another
@@ -179,8 +181,8 @@ class StoreLoop:
         self.reported_lost: set[tuple[str, int]] = set()
         self.decisions: dict[tuple[str, int], tuple[int, int, dt.datetime, dt.datetime, str,
                                                     str, bool]] = {}
-        # (name, version after the claim) -> the next fire time the planner gave (epoch).
-        self.planned: dict[tuple[str, int], float | None] = {}
+        # (name, version after the claim) -> the next fire time the planner gave.
+        self.planned: dict[tuple[str, int], dt.datetime | None] = {}
         # When the loop wakes next, on the store's clock (epoch seconds); +inf while it is
         # awake: a completion nudges it only if its record is due before then.
         self.wake_at = math.inf
@@ -193,6 +195,7 @@ class StoreLoop:
         self.snapshot: tuple[StoredSchedule, ...] | None = ()  # None: made by status()
         self.corrupt: tuple[tuple[str, str], ...] = ()
         self.snapshot_at = -math.inf
+        self.wanted = True  # status() was asked since the last refresh (or none was made)
         # The copy behind `snapshot`: name -> (the record it was made from, declared here,
         # the row); `mark` is the store's change mark of the copy, None for a whole read.
         self.listed: dict[str, tuple[ScheduleRecord, bool, StoredSchedule]] = {}
@@ -253,6 +256,7 @@ class StoreLoop:
         result = self.store.declare(definition, first_fire)
         self._refresh_job(job, result.record)
         self.snapshot_at = -math.inf
+        self.wanted = True
         self.relist.add(definition.name)  # declared here now (its row may not have changed)
         events = self.scheduler.events
         if result.outcome == "changed":
@@ -280,10 +284,12 @@ class StoreLoop:
         if (removed or job is not None) and ScheduleRemoved in events.wanted:
             events.emit(ScheduleRemoved(name, "removed"))
         self.snapshot_at = -math.inf
+        self.wanted = True
         self.nudge()
         return removed
 
     def status(self) -> StoreStatus:
+        self.wanted = True  # the loop refreshes the copy (at most every SNAPSHOT_EVERY)
         with self.lock:
             snapshot = self.snapshot
             if snapshot is None:
@@ -349,6 +355,7 @@ class StoreLoop:
             self._failed(action, exc)
             self.post(("control", name, action))  # again after the backoff
         self.snapshot_at = -math.inf
+        self.wanted = True
 
     def _serve(self, monotonic: Callable[[], float]) -> float:
         """One pass: declare, complete, renew, claim, refresh; the delay until the next."""
@@ -369,11 +376,19 @@ class StoreLoop:
         for claim in claims:
             key = (claim.name, claim.version)
             self._announce_missed(claim, decisions.get(key))
-            self._start_run(claim, monotonic(), planned.get(key, _UNKNOWN))
+            next_fire: float | None = _UNKNOWN
+            if key in planned:
+                fire = planned[key]
+                next_fire = None if fire is None else fire.timestamp()
+                job = self.jobs.get(claim.name)
+                if job is not None and job._wall is not None:
+                    job._wall.set_fire(fire)
+            self._start_run(claim, monotonic(), next_fire)
         if len(claims) >= BATCH:
             return 0.0  # more may be due
         now = monotonic()
-        if now >= self.snapshot_at:
+        if self.wanted and now >= self.snapshot_at:
+            self.wanted = False
             self._take_snapshot()
             # At most 5 % of the loop's time on it, however many records the store holds.
             took = monotonic() - now
@@ -420,7 +435,7 @@ class StoreLoop:
             plan = Plan(d.runs[0], d.runs[1], d.count - len(d.runs))
         else:
             plan = Plan(d.runs[-1] if d.runs else None, d.next_fire, d.count - len(d.runs))
-        self.planned[key] = None if plan.next_fire is None else plan.next_fire.timestamp()
+        self.planned[key] = plan.next_fire
         if d.missed:
             self.decisions[key] = (
                 d.missed, d.ran, first, d.last_missed, d.reason, policy, d.truncated)
