@@ -355,6 +355,14 @@ class SQLiteScheduleStore:
                                                claim.version))
         return cur.rowcount == 1
 
+    def complete_many(self, finished: list[tuple[Claim, str]]) -> list[bool]:
+        """`complete` for each ``(claim, result)``, in one transaction (one commit for a
+        batch of ended runs); each answer as `complete`'s."""
+        with self._write() as conn:
+            return [conn.execute(_COMPLETE, (int(result != "ok"), result, claim.name,
+                                             claim.version)).rowcount == 1
+                    for claim, result in finished]
+
     def _change(self, name: str, **changes: object) -> bool:
         with self._write() as conn:
             record = self._read(conn, name)

@@ -178,6 +178,10 @@ class StoreLoop:
         self.to_declare: dict[str, tuple[ScheduleDefinition, Job]] = {}
         self.in_flight: dict[tuple[str, int], _InFlight] = {}
         self.retry_completions: list[tuple[Claim, str]] = []
+        # Ended runs waiting for the loop's next batch (stores with ``complete_many``).
+        self.finished: list[tuple[Claim, str]] = []
+        self.complete_many: Callable[[list[tuple[Claim, str]]], list[bool]] | None = getattr(
+            store, "complete_many", None)
         self.reported_lost: set[tuple[str, int]] = set()
         self.decisions: dict[tuple[str, int], tuple[int, int, dt.datetime, dt.datetime, str,
                                                     str, bool]] = {}
@@ -218,6 +222,7 @@ class StoreLoop:
         self.thread = None
         self.in_flight = {}
         self.retry_completions = []
+        self.finished = []
         self.decisions = {}
         self.planned = {}
         self.wake_at = math.inf
@@ -366,6 +371,7 @@ class StoreLoop:
             self._declare(definition, job)
             with self.lock:
                 self.to_declare.pop(definition.name, None)
+        self._write_finished()
         self._retry_completions()
         self._renew(monotonic())
         store = self.store
@@ -498,25 +504,50 @@ class StoreLoop:
             events.emit(LeaseLost(claim.name, claim.fire_time, claim.attempt, refused))
 
     def complete(self, claim: Claim, result: str) -> None:
-        """A run ended (on a pool thread): record it, fenced; retried by the loop on error."""
+        """A run ended (on a pool thread): record it, fenced; retried by the loop on error.
+
+        A store that completes in batches (``complete_many``: one transaction for many) gets
+        the completion from the loop, at its next pass; any other store, from here, now.
+        """
+        batched = self.complete_many is not None
         with self.lock:
             flight = self.in_flight.pop((claim.name, claim.version), None)
-        try:
-            done = self.store.complete(claim, result)
-        except Exception as exc:
-            self._failed("complete", exc)
-            with self.lock:
-                self.retry_completions.append((claim, result))
-            self.nudge()
-            return
-        self._completed(claim, done)
+            if batched:
+                self.finished.append((claim, result))
+        if not batched:
+            try:
+                done = self.store.complete(claim, result)
+            except Exception as exc:
+                self._failed("complete", exc)
+                with self.lock:
+                    self.retry_completions.append((claim, result))
+                self.nudge()
+                return
+            self._completed(claim, done)
         # The loop's wake-up was computed without this record (a record with a run in
-        # progress is not due): wake it if the record is due before then. Read after the
+        # progress is not due): wake it if the record is due before then (a batched
+        # completion is written by then: the loop writes completions first). Read after the
         # write: a loop that computed its wake-up before the write has set `wake_at` by now,
         # or still shows +inf (awake).
         next_fire = _UNKNOWN if flight is None else flight.next_fire
         if next_fire is not None and next_fire <= self.wake_at:
             self.nudge()
+
+    def _write_finished(self) -> None:
+        """Write the completions the pool handed over, in one batch (see `complete`)."""
+        with self.lock:
+            pending, self.finished = self.finished, []
+        if not pending:
+            return
+        assert self.complete_many is not None
+        try:
+            written = self.complete_many(pending)
+        except Exception:
+            with self.lock:  # retried one at a time, and counted as waiting in status()
+                self.retry_completions.extend(pending)
+            raise
+        for (claim, _), done in zip(pending, written, strict=True):
+            self._completed(claim, done)
 
     def _completed(self, claim: Claim, done: bool) -> None:
         if done:
@@ -620,6 +651,7 @@ class StoreLoop:
             if thread is not me and thread.ident is not None:
                 thread.join()
         try:
+            self._write_finished()
             self._retry_completions()
         except Exception as exc:
             logger.error("%s: %d completion(s) not recorded at shutdown (%s): their lease "
