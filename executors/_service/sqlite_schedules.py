@@ -134,12 +134,12 @@ def _record_params(record: ScheduleRecord) -> tuple[object, ...]:
             f["running_fire"], f["attempt"], _state_json(record))
 
 
-def _state_params(record: ScheduleRecord, changed: int, expect_version: int
-                  ) -> tuple[object, ...]:
+def _state_params(record: ScheduleRecord, changed: int, expect_version: int,
+                  state: str) -> tuple[object, ...]:
     """The parameters of `_UPDATE_STATE` (a record whose definition is the stored one)."""
     return (int(record.paused), _opt_epoch(record.next_fire), record.version, record.owner,
             _opt_epoch(record.lease_until), _opt_epoch(record.running_fire), record.attempt,
-            _state_json(record), changed, record.name, expect_version)
+            state, changed, record.name, expect_version)
 
 
 def _opt_epoch(instant: dt.datetime | None) -> float | None:
@@ -166,10 +166,9 @@ class SQLiteScheduleStore:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
-        # A definition's JSON text -> its parsed data, never changed after (shared by the
-        # threads: a dict's get and set are atomic, and two threads parsing one text agree;
-        # every record built from it copies the data).
-        self._definitions: dict[str, object] = {}
+        # (name, a definition's JSON text) -> the definition decoded from it (shared by the
+        # threads: a dict's get and set are atomic, and two threads decoding one text agree).
+        self._definitions: dict[tuple[str, str], ScheduleDefinition] = {}
         # name -> (its row, the record decoded from it): a row read again unchanged (a whole
         # look at the store) is not decoded again.
         self._decoded: dict[str, tuple[tuple[Any, ...], ScheduleRecord]] = {}
@@ -237,12 +236,15 @@ class SQLiteScheduleStore:
         if kept is not None and kept[0] == row:
             return kept[1]
         try:
-            definition = self._definitions.get(row[1])
+            definition = self._definitions.get((name, row[1]))
             if definition is None:
-                definition = json.loads(row[1])
+                data = json.loads(row[1])
+                if not isinstance(data, dict):
+                    raise StoreFormatError(f"schedule {name!r}: 'definition' is not an object")
+                definition = ScheduleDefinition.from_data(name, data)
                 if len(self._definitions) >= _KEPT:
                     self._definitions.clear()
-                self._definitions[row[1]] = definition
+                self._definitions[(name, row[1])] = definition
             state = json.loads(row[10])
             fields = {"name": name, "definition": definition, "digest": row[2],
                       "paused": bool(row[3]), "next_fire": row[4], "version": row[5],
@@ -250,7 +252,7 @@ class SQLiteScheduleStore:
                       "attempt": row[9], **state}
         except (ValueError, TypeError) as exc:
             raise StoreFormatError(f"schedule {name!r}: unreadable record ({exc})") from None
-        record = record_from_fields(fields)
+        record = record_from_fields(fields)  # checks the other fields as every store does
         if len(self._decoded) >= _KEPT:
             self._decoded.clear()
         self._decoded[name] = (row, record)
@@ -283,9 +285,13 @@ class SQLiteScheduleStore:
         return cur.rowcount == 1
 
     def _put_state(self, conn: sqlite3.Connection, record: ScheduleRecord,
-                   expect_version: int, changed: int) -> bool:
-        """Write `record`'s state (its definition is the stored one), on `expect_version`."""
-        cur = conn.execute(_UPDATE_STATE, _state_params(record, changed, expect_version))
+                   was: ScheduleRecord, state: str, changed: int) -> bool:
+        """Write `record`'s state (its definition is the stored one) over `was`, whose state
+        column reads `state` (written again as it is when the counters and last run agree)."""
+        if (record.counters != was.counters or record.last_fire != was.last_fire
+                or record.last_result != was.last_result):
+            state = _state_json(record)
+        cur = conn.execute(_UPDATE_STATE, _state_params(record, changed, was.version, state))
         return cur.rowcount == 1
 
     def declare(self, definition: ScheduleDefinition,
@@ -327,7 +333,7 @@ class SQLiteScheduleStore:
                 if settled is None:
                     continue
                 changed = changed or self._bump(conn)
-                if self._put_state(conn, settled[0], record.version, changed) \
+                if self._put_state(conn, settled[0], record, row[10], changed) \
                         and settled[1] is not None:
                     claims.append(settled[1])
         return claims
