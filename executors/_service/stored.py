@@ -529,8 +529,11 @@ class StoreLoop:
         # completion is written by then: the loop writes completions first). Read after the
         # write: a loop that computed its wake-up before the write has set `wake_at` by now,
         # or still shows +inf (awake).
+        # An awake loop (+inf) sleeps at most POLL after its pass: a record due later than
+        # that (and a pass's length, and the clocks' offset, as slack) is seen in time.
         next_fire = _UNKNOWN if flight is None else flight.next_fire
-        if next_fire is not None and next_fire <= self.wake_at:
+        horizon = self.scheduler.clock.time() + self.offset + 2 * POLL
+        if next_fire is not None and next_fire <= min(self.wake_at, horizon):
             self.nudge()
 
     def _write_finished(self) -> None:
