@@ -386,9 +386,9 @@ class StoreLoop:
             if key in planned:
                 fire = planned[key]
                 next_fire = None if fire is None else fire.timestamp()
-                job = self.jobs.get(claim.name)
-                if job is not None and job._wall is not None:
-                    job._wall.set_fire(fire)
+                owned = self.jobs.get(claim.name)
+                if owned is not None and owned._wall is not None:
+                    owned._wall.set_fire(fire)
             self._start_run(claim, monotonic(), next_fire)
         if len(claims) >= BATCH:
             return 0.0  # more may be due
