@@ -30,6 +30,23 @@ Measured over a window that follows a warm-up (set-up and first runs count for n
   on 1,000 minute-spread jobs (tracemalloc slows every allocation). ``tracemalloc`` counts
   Python allocations only (no thread stacks, no allocator slack), the same for both.
 
+Schedules kept in a SQLite file (issue 22's benchmark): N cron schedules, schedule k due once
+every 10 minutes at second k mod 600 of each period (``"<s> <m>-59/10 * * * *"``, 16.7 runs
+due each second for N = 10,000), each contender on a fresh SQLite file in a temporary folder,
+both with the same file settings (write-ahead log, ``synchronous=NORMAL``: our store's own).
+``executors``: ``BackgroundService(store="sqlite:///...")`` (4 workers), ``svc.cron`` with the
+importable target ``benchmarks._stored_jobs:record_ours``, which records its start, name and
+``current_run().fire_time``. ``APScheduler``: ``BackgroundScheduler`` with a
+``SQLAlchemyJobStore`` on an SQLAlchemy engine for the file (the pragmas set on connect), its
+pool of 10, ``coalesce=True``, ``max_instances=1``, the job ``record_apscheduler(job_id)``
+named by reference (its store pickles jobs), paired with ``EVENT_JOB_EXECUTED``'s scheduled
+run times. Rows: **CPU per due run** (process CPU in the window over the runs started in it),
+lateness p99/p50 and runs done, as above. **Double runs** are checked, not assumed: every run
+of every round (warm-up included) is keyed by (schedule, fire time); the count is in the
+rows' note, and one double run of ours raises `DoubleRun` (the benchmark fails). Full mode:
+10,000 schedules, a 5 s warm-up after the set-up and a 60 s window; quick mode: 300 schedules
+due every minute, a 3 s window.
+
 And the cost of the trigger alone: the time to compute one year of fire times (2024, with both
 of Berlin's clock changes) for one expression, walking ``next_after`` from fire time to fire
 time: ``executors`` (``Cron(...).next_after``), ``APScheduler``
@@ -42,7 +59,7 @@ mishandles a clock change).
 Full mode: 10,000 cron jobs over a 60 s window (a whole minute, so every job is due once)
 after a 62 s warm-up (every job has run once: ours runs a job's first run on its pool, then a
 short job on the scheduler thread), and 1,000 jobs due every second over 15 s, 2 rounds; a
-full run takes about 12 minutes on a busy 2-core machine. Quick mode (CI's smoke check): 600
+full run takes about 17 minutes on a busy 2-core machine. Quick mode (CI's smoke check): 600
 and 100 jobs over 2 s windows, one round, a month of fire times.
 
 Run: ``python -m benchmarks.scheduler [--quick]`` or ``executors bench scheduler``.
@@ -50,22 +67,29 @@ Run: ``python -m benchmarks.scheduler [--quick]`` or ``executors bench scheduler
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime
 import gc
 import logging
+import sqlite3
+import tempfile
 import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from apscheduler.events import EVENT_JOB_EXECUTED, JobExecutionEvent
 from apscheduler.executors.pool import ThreadPoolExecutor as APThreadPool
+from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from cronsim import CronSim
+from sqlalchemy import create_engine, event
 
+from benchmarks import _stored_jobs
 from benchmarks._harness import OURS, Metric, run_area
 from executors import BackgroundService, current_run
 from executors.testing import wait_until
@@ -215,27 +239,37 @@ def _window(setup: Setup, scenario: Scenario) -> Result:
     _settle()
     runs = _Runs()
     teardown, finish = setup(scenario, None, runs)
+    w0, w1, cpu = _measured(teardown, scenario.warmup, scenario.window)
+    finish()
+    return _summarised(runs.pairs, w0, w1, cpu, scenario.due(w0, w1))
+
+
+def _measured(teardown: Callable[[], None], warmup: float,
+              window: float) -> tuple[float, float, float]:
+    """Sleep through the warm-up and the window, then tear down: the window's wall-clock
+    bounds and the process CPU seconds spent in it."""
     try:
-        time.sleep(scenario.warmup)
+        time.sleep(warmup)
         w0 = time.time()
         cpu0 = time.process_time()
-        time.sleep(scenario.window)
+        time.sleep(window)
         w1 = time.time()
         cpu1 = time.process_time()
     finally:
         teardown()
-    finish()
-    inside = [(s, f) for s, f in runs.pairs if w0 <= s < w1]
+    return w0, w1, cpu1 - cpu0
+
+
+def _summarised(pairs: list[tuple[float, float]], w0: float, w1: float, cpu: float,
+                due: int) -> Result:
+    """CPU per run, lateness and runs done of the runs (start, fire time) started in the window."""
+    inside = [(s, f) for s, f in pairs if w0 <= s < w1]
     late = sorted(s - f for s, f in inside)
-
-    def pct(p: float) -> float:
-        return late[min(len(late) - 1, int(p * len(late)))] * 1000 if late else float("nan")
-
     return {
-        "cpu": (cpu1 - cpu0) / len(inside) * 1e6 if inside else float("nan"),
-        "p50": pct(0.50),
-        "p99": pct(0.99),
-        "done": 100.0 * len(inside) / max(1, scenario.due(w0, w1)),
+        "cpu": cpu / len(inside) * 1e6 if inside else float("nan"),
+        "p50": _percentile(late, 0.50),
+        "p99": _percentile(late, 0.99),
+        "done": 100.0 * len(inside) / max(1, due),
     }
 
 
@@ -258,6 +292,203 @@ def _memory(setup: Setup, scenario: Scenario) -> float:
 
 def _noop() -> None:
     pass
+
+
+# -- schedules kept in a SQLite file ---------------------------------------------------------
+
+
+class DoubleRun(AssertionError):
+    """A fire time of one schedule ran more than once: the benchmark fails, loudly."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredScenario:
+    """N cron schedules in a SQLite file: schedule k is due once every `period` minutes, at
+    second k mod (60 * period) of each period (6-field ``"<s> <m>-59/<period> * * * *"``),
+    so N / (60 * period) runs are due each second."""
+
+    jobs: int
+    period: int  # minutes; divides 60, so the periods line up with the hour
+    warmup: float
+    window: float
+
+    @property
+    def title(self) -> str:
+        every = "every minute" if self.period == 1 else f"every {self.period} minutes"
+        return f"{self.jobs:,} schedules in a SQLite file, each due {every}"
+
+    def fields(self, k: int) -> tuple[str, str]:
+        """Schedule k's (second, minute) cron fields."""
+        minute = "*" if self.period == 1 else f"{(k // 60) % self.period}-59/{self.period}"
+        return str(k % 60), minute
+
+    def expression(self, k: int) -> str:
+        return "{} {} * * * *".format(*self.fields(k))
+
+    def due(self, w0: float, w1: float) -> int:
+        """Runs due in the wall-clock window [w0, w1): schedule k at each whole second t with
+        t mod (60 * period) == k mod (60 * period) (zone offsets are whole hours)."""
+        span = 60 * self.period
+        per_slot = collections.Counter(k % span for k in range(self.jobs))
+        first = int(w0) + (w0 != int(w0))
+        return sum(per_slot[t % span] for t in range(first, int(w1) + (w1 != int(w1))))
+
+
+@dataclasses.dataclass
+class _StoredRuns:
+    """What one contender's schedules recorded: (start, name, nominal fire time) per run."""
+
+    runs: list[tuple[float, str, float]] = dataclasses.field(default_factory=list)
+
+
+StoredSetup = Callable[[StoredScenario, Path, _StoredRuns],
+                       tuple[Callable[[], None], Callable[[], None]]]
+
+
+def _stored_ours(scenario: StoredScenario, path: Path,
+                 runs: _StoredRuns) -> tuple[Callable[[], None], Callable[[], None]]:
+    logging.getLogger("executors.service").setLevel(logging.ERROR)
+    # The store's own settings: WAL, synchronous=NORMAL (executors/_service/sqlite_schedules).
+    svc = BackgroundService("bench-stored", workers=WORKERS, store=f"sqlite:///{path}")
+    for k in range(scenario.jobs):
+        svc.cron(scenario.expression(k), _stored_jobs.record_ours, tz=ZONE, name=f"job-{k}")
+    svc.start()
+
+    def teardown() -> None:
+        svc.shutdown(30)
+
+    def finish() -> None:
+        runs.runs.extend(_stored_jobs.OURS_RUNS)
+
+    return teardown, finish
+
+
+def _stored_apscheduler(scenario: StoredScenario, path: Path,
+                        runs: _StoredRuns) -> tuple[Callable[[], None], Callable[[], None]]:
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)
+    engine = create_engine(f"sqlite:///{path}")
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(connection: sqlite3.Connection, _record: object) -> None:
+        # The same file settings as ours: write-ahead log, synchronous=NORMAL.
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=NORMAL")
+
+    fires: list[tuple[str, float]] = []
+
+    def executed(event: JobExecutionEvent) -> None:
+        fires.append((event.job_id, event.scheduled_run_time.timestamp()))
+
+    sched = BackgroundScheduler(
+        executors={"default": APThreadPool(10)},
+        jobstores={"default": SQLAlchemyJobStore(engine=engine)},
+        job_defaults={"coalesce": True, "max_instances": 1},
+        timezone=ZONE,
+    )
+    sched.add_listener(executed, EVENT_JOB_EXECUTED)
+    sched.start(paused=True)  # jobs go straight to the store, none runs before the last
+    tz = ZoneInfo(ZONE)
+    for k in range(scenario.jobs):
+        second, minute = scenario.fields(k)
+        sched.add_job(f"{_stored_jobs.__name__}:record_apscheduler",
+                      CronTrigger(second=second, minute=minute, timezone=tz), args=[str(k)],
+                      id=str(k))
+    sched.resume()
+
+    def teardown() -> None:
+        sched.shutdown(wait=True)
+        engine.dispose()
+
+    def finish() -> None:
+        starts: dict[str, list[float]] = {}
+        for start, job_id in _stored_jobs.APSCHEDULER_STARTS:
+            starts.setdefault(job_id, []).append(start)
+        by_job: dict[str, list[float]] = {}
+        for job_id, fire in fires:
+            by_job.setdefault(job_id, []).append(fire)
+        for job_id, ts in starts.items():
+            # One job's runs never overlap (max_instances=1): both lists are in run order.
+            for start, fire in zip(sorted(ts), sorted(by_job.get(job_id, ())), strict=False):
+                runs.runs.append((start, job_id, fire))
+
+    return teardown, finish
+
+
+STORED_SETUPS: dict[str, StoredSetup] = {OURS: _stored_ours, APSCHEDULER: _stored_apscheduler}
+
+
+def _double_runs(runs: _StoredRuns) -> int:
+    """Fire times run more than once (each extra run counts one)."""
+    seen = collections.Counter((name, fire) for _, name, fire in runs.runs)
+    return sum(n - 1 for n in seen.values() if n > 1)
+
+
+def _stored_window(name: str, scenario: StoredScenario) -> Result:
+    """One contender's round on a fresh SQLite file: set up, warm up, measure a window."""
+    _settle()
+    _stored_jobs.reset()
+    runs = _StoredRuns()
+    with tempfile.TemporaryDirectory(prefix="executors-bench-") as folder:
+        teardown, finish = STORED_SETUPS[name](scenario, Path(folder) / "schedules.db", runs)
+        w0, w1, cpu = _measured(teardown, scenario.warmup, scenario.window)
+        finish()
+    doubles = _double_runs(runs)
+    if doubles and name == OURS:
+        raise DoubleRun(f"{name}: {doubles} fire time(s) ran more than once on the SQLite "
+                        f"store ({scenario.title})")
+    pairs = [(start, fire) for start, _, fire in runs.runs]
+    return {**_summarised(pairs, w0, w1, cpu, scenario.due(w0, w1)),
+            "doubles": float(doubles), "runs": float(len(runs.runs))}
+
+
+def _percentile(late: list[float], p: float) -> float:
+    """The `p` quantile of sorted lateness `late` (seconds), in milliseconds."""
+    return late[min(len(late) - 1, int(p * len(late)))] * 1000 if late else float("nan")
+
+
+def _stored_scenario(quick: bool) -> StoredScenario:
+    if quick:
+        return StoredScenario(300, 1, 1.0, 3.0)
+    return StoredScenario(10_000, 10, 5.0, 60.0)
+
+
+def _stored_metrics(quick: bool) -> list[Metric]:
+    """CPU per due run, lateness and runs done of ours and APScheduler on SQLite files; the
+    double runs found (of every run, warm-up included) are in the notes and fail ours."""
+    scenario = _stored_scenario(quick)
+    results: dict[str, list[Result]] = {}
+    reads: dict[tuple[str, str], int] = {}
+    out: list[Metric] = []
+
+    def note() -> str:
+        counts = {name: sum(r["doubles"] for r in done) for name, done in results.items()}
+        checked = {name: sum(r["runs"] for r in done) for name, done in results.items()}
+        return ("double runs (a fire time run twice), checked over every run of every round: "
+                + ", ".join(f"{n} {counts[n]:.0f} of {checked[n]:,.0f}" for n in counts))
+
+    def sampler(name: str, key: str) -> Callable[[], float]:
+        def sample() -> float:
+            k = reads.get((name, key), 0)
+            reads[(name, key)] = k + 1
+            done = results.setdefault(name, [])
+            while len(done) <= k:
+                done.append(_stored_window(name, scenario))
+                for metric in out:  # read once the rounds are done: every round counted
+                    metric.note = note()
+            return done[k][key]
+
+        return sample
+
+    rows = [("cpu", "CPU per due run", "µs", "lower"),
+            ("p99", "lateness p99", "ms", "lower"),
+            ("p50", "lateness p50", "ms", "lower"),
+            ("done", "runs done", "% of due", "higher")]
+    out += [Metric(f"{title}, {scenario.title}", unit, better,
+                   {name: sampler(name, key) for name in STORED_SETUPS})
+            for key, title, unit, better in rows]
+    # The claims per second of many processes on one PostgreSQL or MongoDB store
+    # (benchmarks/_store_claims.py) are added here, after the SQLite rows.
+    return out
 
 
 # -- next fire times -----------------------------------------------------------------------
@@ -403,6 +634,7 @@ def metrics(quick: bool) -> list[Metric]:
                       {name: memory(name, held) for name in SETUPS},
                       note="tracemalloc: the Python heap held after adding the jobs and "
                       "starting (every first fire time computed), per job"))
+    out += _stored_metrics(quick)
     out += _fire_metrics(quick)
     return out
 

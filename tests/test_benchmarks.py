@@ -31,8 +31,9 @@ def test_benchmark_runs_in_quick_mode(area: str) -> None:
 @pytest.mark.timeout(300)
 def test_scheduler_benchmark_measures_both_schedulers_and_every_walk(tmp_path: Path) -> None:
     """The scheduler area in quick mode: every service metric has a value for ours and for
-    APScheduler, runs happened, and the next-fire walks time ours, APScheduler and cronsim
-    (aware and naive), with the fire times each found in the metric's note."""
+    APScheduler, runs happened, the schedules kept in SQLite files were checked for double
+    runs (none of ours, said in the note), and the next-fire walks time ours, APScheduler and
+    cronsim (aware and naive), with the fire times each found in the metric's note."""
     out = tmp_path / "scheduler.json"
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.scheduler", "--quick", "--json", str(out)],
@@ -42,11 +43,14 @@ def test_scheduler_benchmark_measures_both_schedulers_and_every_walk(tmp_path: P
     metrics = {m["name"]: m for m in json.loads(out.read_text())["metrics"]}
     service = [m for name, m in metrics.items() if "fire times" not in name]
     walks = [m for name, m in metrics.items() if "fire times" in name]
-    assert len(service) == 9 and len(walks) == 2, sorted(metrics)
+    stored = [m for name, m in metrics.items() if "in a SQLite file" in name]
+    assert len(service) == 13 and len(stored) == 4 and len(walks) == 2, sorted(metrics)
     for metric in service:
         assert set(metric["medians"]) == {"executors", "APScheduler"}, metric["name"]
         if metric["name"].startswith("runs done"):
             assert all(v > 0 for v in metric["medians"].values()), metric
+    for metric in stored:
+        assert "double runs" in metric["note"] and "executors 0 of " in metric["note"], metric
     for metric in walks:
         assert set(metric["medians"]) == {"executors", "APScheduler", "cronsim",
                                           "cronsim (naive)"}

@@ -5,6 +5,14 @@ due records with the time SQLite itself reads (``julianday('now')``: the C libra
 not a Python-level one that a test or a time-freezing library may shift), writes each claim as
 an update conditional on the record's version, and commits. Two processes never hold the write
 lock at once, so of any number racing for one fire time exactly one moves the record forward.
+
+Every write also stamps the rows it touches with a change stamp (one more than the largest
+stamp, or than the stamp of the latest removal kept in ``executors_meta``; read through an
+index, so a write adds no page of its own), so `changed_since` reads only the rows written
+since a reader's last look: the service's status snapshot costs what changed, not what is
+stored. Parsed definitions are kept by their JSON text, so a claim does not parse an unchanged
+definition again; claims rewrite the state columns only, and a completion is one conditional
+``UPDATE`` computed by SQLite (``store.finish_record`` in SQL), with no read.
 """
 
 from __future__ import annotations
@@ -28,7 +36,6 @@ from .store import (
     ScheduleDefinition,
     ScheduleRecord,
     StoreFormatError,
-    finish_record,
     from_epoch,
     new_record,
     record_fields,
@@ -38,7 +45,7 @@ from .store import (
     to_epoch,
 )
 
-__all__ = ("SQLiteScheduleStore",)
+__all__ = ("Changes", "SQLiteScheduleStore")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS executors_meta (
@@ -56,12 +63,17 @@ CREATE TABLE IF NOT EXISTS executors_schedules (
     lease_until  REAL,
     running_fire REAL,
     attempt      INTEGER NOT NULL DEFAULT 0,
-    state        TEXT NOT NULL
+    state        TEXT NOT NULL,
+    changed      INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS executors_schedules_due
     ON executors_schedules (next_fire) WHERE paused = 0;
 CREATE INDEX IF NOT EXISTS executors_schedules_running
     ON executors_schedules (lease_until) WHERE running_fire IS NOT NULL;
+"""
+# After the `changed` column exists (a file made before it gains it first).
+_CHANGED_INDEX = """
+CREATE INDEX IF NOT EXISTS executors_schedules_changed ON executors_schedules (changed);
 """
 
 # The store's clock, read by SQLite's C library in the same statement that decides.
@@ -70,29 +82,68 @@ CREATE INDEX IF NOT EXISTS executors_schedules_running
 _NOW = "round((julianday('now') - 2440587.5) * 86400.0, 6)"
 _COLUMNS = ("name, definition, digest, paused, next_fire, version, owner, lease_until, "
             "running_fire, attempt, state")
+# A claim or a completion leaves the definition as it is: it writes the state columns only.
+_UPDATE_STATE = ("UPDATE executors_schedules SET paused = ?, next_fire = ?, version = ?, "
+                 "owner = ?, lease_until = ?, running_fire = ?, attempt = ?, state = ?, "
+                 "changed = ? WHERE name = ? AND version = ?")
+# `store.finish_record` in SQL (the counters live in the JSON state): the run is counted, a
+# failure too, the fire time and result become the last ones, the lease is let go.
+_COMPLETE = ("UPDATE executors_schedules SET version = version + 1, owner = NULL, "
+             "lease_until = NULL, running_fire = NULL, changed = {latest} + 1, state = json_set("
+             "state, '$.counters.runs', COALESCE(json_extract(state, '$.counters.runs'), 0) + 1, "
+             "'$.counters.failures', "
+             "COALESCE(json_extract(state, '$.counters.failures'), 0) + ?, "
+             # SQLite writes a REAL into JSON with 15 digits: an instant needs 16 (to the µs).
+             "'$.last_fire', CASE WHEN running_fire IS NULL THEN NULL "
+             "ELSE json(printf('%.6f', running_fire)) END, "
+             "'$.last_result', ?) WHERE name = ? AND version = ?")
+# The latest change stamp: the largest on a row (an index read) or the latest removal's.
+_LATEST = ("MAX((SELECT COALESCE(MAX(changed), 0) FROM executors_schedules), "
+           "(SELECT CAST(value AS INTEGER) FROM executors_meta WHERE key = 'removed'))")
+_COMPLETE = _COMPLETE.format(latest=_LATEST)
+#: How many parsed definitions and decoded rows a store keeps (one of each per schedule is
+#: what it needs).
+_KEPT = 100_000
 
 
-def _row_to_record(row: tuple[Any, ...]) -> ScheduleRecord:
-    """Decode one row; a row that cannot be decoded raises `StoreFormatError` naming it."""
-    name = str(row[0])
-    try:
-        state = json.loads(row[10])
-        fields = {"name": name, "definition": json.loads(row[1]), "digest": row[2],
-                  "paused": bool(row[3]), "next_fire": row[4], "version": row[5],
-                  "owner": row[6], "lease_until": row[7], "running_fire": row[8],
-                  "attempt": row[9], **state}
-    except (ValueError, TypeError) as exc:
-        raise StoreFormatError(f"schedule {name!r}: unreadable record ({exc})") from None
-    return record_from_fields(fields)
+@dataclasses.dataclass(frozen=True)
+class Changes:
+    """What `SQLiteScheduleStore.changed_since` found."""
+
+    #: The mark to pass next time.
+    mark: int
+    #: True: `records` and `corrupt` are the whole store (a first look, or one after a removal);
+    #: False: only the records written since the mark passed in.
+    whole: bool
+    #: The readable records among them, by name.
+    records: list[ScheduleRecord]
+    #: ``(name, reason)`` of the unreadable ones.
+    corrupt: list[tuple[str, str]]
+
+
+def _state_json(record: ScheduleRecord) -> str:
+    return json.dumps({"counters": dict(record.counters), "last_result": record.last_result,
+                       "last_fire": None if record.last_fire is None
+                       else record.last_fire.timestamp()}, sort_keys=True)
 
 
 def _record_params(record: ScheduleRecord) -> tuple[object, ...]:
     f = record_fields(record)
-    state = {"counters": f["counters"], "last_result": f["last_result"],
-             "last_fire": f["last_fire"]}
     return (f["name"], json.dumps(f["definition"], sort_keys=True), f["digest"],
             int(record.paused), f["next_fire"], f["version"], f["owner"], f["lease_until"],
-            f["running_fire"], f["attempt"], json.dumps(state, sort_keys=True))
+            f["running_fire"], f["attempt"], _state_json(record))
+
+
+def _state_params(record: ScheduleRecord, changed: int, expect_version: int,
+                  state: str) -> tuple[object, ...]:
+    """The parameters of `_UPDATE_STATE` (a record whose definition is the stored one)."""
+    return (int(record.paused), _opt_epoch(record.next_fire), record.version, record.owner,
+            _opt_epoch(record.lease_until), _opt_epoch(record.running_fire), record.attempt,
+            state, changed, record.name, expect_version)
+
+
+def _opt_epoch(instant: dt.datetime | None) -> float | None:
+    return None if instant is None else to_epoch(instant)
 
 
 @final
@@ -115,6 +166,12 @@ class SQLiteScheduleStore:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
+        # (name, a definition's JSON text) -> the definition decoded from it (shared by the
+        # threads: a dict's get and set are atomic, and two threads decoding one text agree).
+        self._definitions: dict[tuple[str, str], ScheduleDefinition] = {}
+        # name -> (its row, the record decoded from it): a row read again unchanged (a whole
+        # look at the store) is not decoded again.
+        self._decoded: dict[str, tuple[tuple[Any, ...], ScheduleRecord]] = {}
         conn = self._conn()
         # executescript commits first: the schema is made outside the format check's
         # transaction (every statement is IF NOT EXISTS, so racing processes agree).
@@ -124,6 +181,14 @@ class SQLiteScheduleStore:
             if row is None:
                 conn.execute("INSERT INTO executors_meta VALUES ('format', ?)",
                              (str(FORMAT_VERSION),))
+            # The change stamps' column, in a file made before it was added (an older writer
+            # leaves a row's stamp as it was: a whole look still finds its writes).
+            conn.execute("INSERT OR IGNORE INTO executors_meta VALUES ('removed', '0')")
+            columns = {r[1] for r in conn.execute("PRAGMA table_info(executors_schedules)")}
+            if "changed" not in columns:
+                conn.execute("ALTER TABLE executors_schedules "
+                             "ADD COLUMN changed INTEGER NOT NULL DEFAULT 0")
+        conn.executescript(_CHANGED_INDEX)
         if row is not None and int(row[0]) > FORMAT_VERSION:
             self.close()  # nothing is left open behind the error
             raise StoreFormatError(
@@ -164,23 +229,69 @@ class SQLiteScheduleStore:
         (seconds,) = self._conn().execute(f"SELECT {_NOW}").fetchone()
         return from_epoch(float(seconds))
 
+    def _decode(self, row: tuple[Any, ...]) -> ScheduleRecord:
+        """Decode one row; a row that cannot be decoded raises `StoreFormatError` naming it."""
+        name = str(row[0])
+        kept = self._decoded.get(name)
+        if kept is not None and kept[0] == row:
+            return kept[1]
+        try:
+            definition = self._definitions.get((name, row[1]))
+            if definition is None:
+                data = json.loads(row[1])
+                if not isinstance(data, dict):
+                    raise StoreFormatError(f"schedule {name!r}: 'definition' is not an object")
+                definition = ScheduleDefinition.from_data(name, data)
+                if len(self._definitions) >= _KEPT:
+                    self._definitions.clear()
+                self._definitions[(name, row[1])] = definition
+            state = json.loads(row[10])
+            fields = {"name": name, "definition": definition, "digest": row[2],
+                      "paused": bool(row[3]), "next_fire": row[4], "version": row[5],
+                      "owner": row[6], "lease_until": row[7], "running_fire": row[8],
+                      "attempt": row[9], **state}
+        except (ValueError, TypeError) as exc:
+            raise StoreFormatError(f"schedule {name!r}: unreadable record ({exc})") from None
+        record = record_from_fields(fields)  # checks the other fields as every store does
+        if len(self._decoded) >= _KEPT:
+            self._decoded.clear()
+        self._decoded[name] = (row, record)
+        return record
+
     def _read(self, conn: sqlite3.Connection, name: str) -> ScheduleRecord | None:
         row = conn.execute(f"SELECT {_COLUMNS} FROM executors_schedules WHERE name = ?",
                            (name,)).fetchone()
-        return None if row is None else _row_to_record(row)
+        return None if row is None else self._decode(row)
+
+    @staticmethod
+    def _bump(conn: sqlite3.Connection) -> int:
+        """The next change stamp (inside a write transaction: the writes are serialised)."""
+        (seq,) = conn.execute(f"SELECT {_LATEST} + 1").fetchone()
+        return int(seq)
 
     def _put(self, conn: sqlite3.Connection, record: ScheduleRecord,
              expect_version: int | None) -> bool:
         params = _record_params(record)
+        changed = self._bump(conn)
         if expect_version is None:
-            conn.execute(f"INSERT INTO executors_schedules ({_COLUMNS}) "
-                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", params)
+            conn.execute(f"INSERT INTO executors_schedules ({_COLUMNS}, changed) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (*params, changed))
             return True
         cur = conn.execute(
             "UPDATE executors_schedules SET definition = ?, digest = ?, paused = ?, "
             "next_fire = ?, version = ?, owner = ?, lease_until = ?, running_fire = ?, "
-            "attempt = ?, state = ? WHERE name = ? AND version = ?",
-            (*params[1:], record.name, expect_version))
+            "attempt = ?, state = ?, changed = ? WHERE name = ? AND version = ?",
+            (*params[1:], changed, record.name, expect_version))
+        return cur.rowcount == 1
+
+    def _put_state(self, conn: sqlite3.Connection, record: ScheduleRecord,
+                   was: ScheduleRecord, state: str, changed: int) -> bool:
+        """Write `record`'s state (its definition is the stored one) over `was`, whose state
+        column reads `state` (written again as it is when the counters and last run agree)."""
+        if (record.counters != was.counters or record.last_fire != was.last_fire
+                or record.last_result != was.last_result):
+            state = _state_json(record)
+        cur = conn.execute(_UPDATE_STATE, _state_params(record, changed, was.version, state))
         return cur.rowcount == 1
 
     def declare(self, definition: ScheduleDefinition,
@@ -212,15 +323,18 @@ class SQLiteScheduleStore:
                 "   OR (running_fire IS NOT NULL AND lease_until < :now) "
                 "ORDER BY COALESCE(running_fire, next_fire) LIMIT :limit",
                 {"now": to_epoch(now), "limit": limit}).fetchall()
+            changed = 0  # one counter value for the whole batch, taken at its first write
             for row in rows:
                 try:
-                    record = _row_to_record(row)
+                    record = self._decode(row)
                 except StoreFormatError:
                     continue  # reported by corrupt(); the others still run
                 settled = settle_claim(record, owner, now, lease, planner, on_crash)
                 if settled is None:
                     continue
-                if self._put(conn, settled[0], record.version) and settled[1] is not None:
+                changed = changed or self._bump(conn)
+                if self._put_state(conn, settled[0], record, row[10], changed) \
+                        and settled[1] is not None:
                     claims.append(settled[1])
         return claims
 
@@ -235,16 +349,25 @@ class SQLiteScheduleStore:
     def renew(self, claim: Claim, lease: float) -> bool:
         with self._write() as conn:
             cur = conn.execute(
-                f"UPDATE executors_schedules SET lease_until = {_NOW} + ? "
-                "WHERE name = ? AND version = ?", (lease, claim.name, claim.version))
+                f"UPDATE executors_schedules SET lease_until = {_NOW} + ?, changed = ? "
+                "WHERE name = ? AND version = ?",
+                (lease, self._bump(conn), claim.name, claim.version))
             return cur.rowcount == 1
 
     def complete(self, claim: Claim, result: str) -> bool:
+        # `finish_record` as one conditional statement, its own transaction: no read, no
+        # decoding, one round of the write lock (the pool threads complete concurrently).
+        cur = self._conn().execute(_COMPLETE, (int(result != "ok"), result, claim.name,
+                                               claim.version))
+        return cur.rowcount == 1
+
+    def complete_many(self, finished: list[tuple[Claim, str]]) -> list[bool]:
+        """`complete` for each ``(claim, result)``, in one transaction (one commit for a
+        batch of ended runs); each answer as `complete`'s."""
         with self._write() as conn:
-            record = self._read(conn, claim.name)
-            if record is None or record.version != claim.version:
-                return False
-            return self._put(conn, finish_record(record, result), record.version)
+            return [conn.execute(_COMPLETE, (int(result != "ok"), result, claim.name,
+                                             claim.version)).rowcount == 1
+                    for claim, result in finished]
 
     def _change(self, name: str, **changes: object) -> bool:
         with self._write() as conn:
@@ -263,8 +386,15 @@ class SQLiteScheduleStore:
 
     def remove(self, name: str) -> bool:
         with self._write() as conn:
+            # Stamped before the row goes: the stamp then exceeds the removed row's own.
+            stamp = self._bump(conn)
             cur = conn.execute("DELETE FROM executors_schedules WHERE name = ?", (name,))
-            return cur.rowcount == 1
+            self._decoded.pop(name, None)
+            if cur.rowcount != 1:
+                return False
+            # A reader whose mark is older than this removal takes a whole look next time.
+            conn.execute("UPDATE executors_meta SET value = ? WHERE key = 'removed'", (stamp,))
+            return True
 
     def get(self, name: str) -> ScheduleRecord | None:
         return self._read(self._conn(), name)
@@ -273,23 +403,47 @@ class SQLiteScheduleStore:
         return self._conn().execute(
             f"SELECT {_COLUMNS} FROM executors_schedules ORDER BY name").fetchall()
 
-    def records(self) -> list[ScheduleRecord]:
-        out = []
-        for row in self._rows():
+    def _split(self, rows: list[tuple[Any, ...]]
+               ) -> tuple[list[ScheduleRecord], list[tuple[str, str]]]:
+        good, bad = [], []
+        for row in rows:
             try:
-                out.append(_row_to_record(row))
-            except StoreFormatError:
-                continue
-        return out
-
-    def corrupt(self) -> list[tuple[str, str]]:
-        bad = []
-        for row in self._rows():
-            try:
-                _row_to_record(row)
+                good.append(self._decode(row))
             except StoreFormatError as exc:
                 bad.append((str(row[0]), str(exc)))
-        return bad
+        return good, bad
+
+    def records(self) -> list[ScheduleRecord]:
+        return self._split(self._rows())[0]
+
+    def corrupt(self) -> list[tuple[str, str]]:
+        return self._split(self._rows())[1]
+
+    def changed_since(self, mark: int | None) -> Changes:
+        """The records written since `mark` (a `Changes.mark` of an earlier call), or the
+        whole store when `mark` is None or a schedule was removed since: what a reader that
+        keeps a copy of the store needs to bring it up to date.
+
+        Writes by this code stamp their rows; a row written otherwise (an older version of
+        this library, a hand-made edit) is found by a whole look (``mark=None``).
+        """
+        conn = self._conn()
+        conn.execute("BEGIN")  # one read snapshot: the stamps and the rows agree
+        try:
+            seq, removed = conn.execute(
+                f"SELECT {_LATEST}, (SELECT CAST(value AS INTEGER) FROM executors_meta "
+                "WHERE key = 'removed')").fetchone()
+            whole = mark is None or removed > mark
+            if whole:
+                rows = conn.execute(f"SELECT {_COLUMNS} FROM executors_schedules "
+                                    "ORDER BY name").fetchall()
+            else:
+                rows = conn.execute(f"SELECT {_COLUMNS} FROM executors_schedules "
+                                    "WHERE changed > ? ORDER BY name", (mark,)).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        good, bad = self._split(rows)
+        return Changes(int(seq), whole, good, bad)
 
     def close(self) -> None:
         with self._lock:

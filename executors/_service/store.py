@@ -321,12 +321,15 @@ def record_from_fields(fields: Mapping[str, object]) -> ScheduleRecord:
     try:
         definition = fields["definition"]
         counters = fields["counters"]
-        if not isinstance(definition, Mapping):
+        # A store may pass a definition it decoded before (for this name) as it is.
+        if not isinstance(definition, ScheduleDefinition | Mapping) or (
+                isinstance(definition, ScheduleDefinition) and definition.name != name):
             raise StoreFormatError(f"schedule {name!r}: 'definition' is not an object")
         if not isinstance(counters, Mapping):
             raise StoreFormatError(f"schedule {name!r}: 'counters' is not an object")
         return ScheduleRecord(
-            ScheduleDefinition.from_data(name, definition), str(fields["digest"]),
+            definition if isinstance(definition, ScheduleDefinition)
+            else ScheduleDefinition.from_data(name, definition), str(fields["digest"]),
             bool(fields["paused"]), _opt_instant(fields["next_fire"]),
             _int(fields["version"]), _opt_str(fields["owner"]),
             _opt_instant(fields["lease_until"]), _opt_instant(fields["running_fire"]),

@@ -21,6 +21,12 @@ A `BackgroundService` given a store (``BackgroundService(store="sqlite:///jobs.d
   The completion is fenced by the claim's version: a refused renewal or completion is a lost
   lease (`LeaseLost`, counted in `StoreStatus.lease_lost`). A completion the store could not
   take (unreachable) is retried by the loop.
+- **Status.** The loop keeps a copy of the store's records for `status()`: read at start, then
+  brought up to date while `status()` is being asked for, at most every `SNAPSHOT_EVERY` (and
+  at most 5 % of the loop's time); a service nobody asks reads nothing for it. A store that
+  can say what changed since a mark (the SQLite store's `changed_since`) is read for the
+  changes only, and whole every `WHOLE_EVERY`; any other store is read whole each time. The
+  next fire time a claim gives its schedule is shown on the job at once.
 - **Sleep.** Between claims the loop sleeps until the store's earliest next fire time
   (`ScheduleStore.next_due`, converted from the store's clock to a monotonic delay), never
   longer than `POLL` (1 s): a pause, resume, reschedule, removal or run-now made by another
@@ -103,12 +109,17 @@ BATCH = 100
 #: The first and the longest wait before retrying an unreachable store (seconds).
 BACKOFF_FIRST = 0.1
 BACKOFF_MAX = 5.0
-#: How often the loop re-reads every record for `status()` (seconds).
+#: How often the loop refreshes its copy of the records for `status()` (seconds).
 SNAPSHOT_EVERY = 5.0
 #: A fire time still unclaimed this long (seconds, store clock) after it came due passed with
 #: no process serving it: every process claims a due record within `POLL`, so only a stop of
 #: them all, or a run holding the schedule past it, leaves one waiting longer.
 UNWATCHED_AFTER = 5.0
+#: How often a store that reports its changes is read whole all the same (seconds): it finds
+#: what was written without the change mark (an older version of this library, a hand edit).
+WHOLE_EVERY = 300.0
+#: The most triggers the loop keeps decoded (one per stored schedule is what it needs).
+_TRIGGERS_KEPT = 100_000
 
 _CLOSE = object()
 _NUDGE = object()
@@ -138,10 +149,18 @@ class StoredLink:
         self.loop.declare(definition, job)
 
 
+#: A claim whose next fire time its planner did not give (a rerun of a crashed owner's run).
+_UNKNOWN = -math.inf
+
+
 @dataclasses.dataclass(slots=True)
 class _InFlight:
     claim: Claim
     renew_at: float  # monotonic
+    # The record's next fire time after this claim (epoch seconds on the store's clock; None:
+    # none; _UNKNOWN: not planned here): its completion wakes the loop only if that is
+    # before the loop's wake-up.
+    next_fire: float | None = _UNKNOWN
     lost: bool = False
 
 
@@ -169,19 +188,39 @@ class StoreLoop:
         self.to_declare: dict[str, tuple[ScheduleDefinition, Job]] = {}
         self.in_flight: dict[tuple[str, int], _InFlight] = {}
         self.retry_completions: list[tuple[Claim, str]] = []
+        # Ended runs waiting for the loop's next batch (stores with ``complete_many``).
+        self.finished: list[tuple[Claim, str]] = []
+        self.complete_many: Callable[[list[tuple[Claim, str]]], list[bool]] | None = getattr(
+            store, "complete_many", None)
         self.reported_lost: set[tuple[str, int]] = set()
         self.decisions: dict[tuple[str, int], tuple[int, int, dt.datetime, dt.datetime, str,
                                                     str, bool]] = {}
         self.announced: dict[str, dt.datetime] = {}  # the latest fire time of a group announced
+        # (name, version after the claim) -> the next fire time the planner gave.
+        self.planned: dict[tuple[str, int], dt.datetime | None] = {}
+        # When the loop wakes next, on the store's clock (epoch seconds); +inf while it is
+        # awake: a completion nudges it only if its record is due before then.
+        self.wake_at = math.inf
         self.healthy = True
         self.last_error: str | None = None
         self.claims = 0
         self.completed = 0
         self.lease_lost = 0
         self.store_errors = 0
-        self.snapshot: tuple[StoredSchedule, ...] = ()
+        self.snapshot: tuple[StoredSchedule, ...] | None = ()  # None: made by status()
         self.corrupt: tuple[tuple[str, str], ...] = ()
         self.snapshot_at = -math.inf
+        self.wanted = True  # status() was asked since the last refresh (or none was made)
+        # The copy behind `snapshot`: name -> (the record it was made from, declared here,
+        # the row); `mark` is the store's change mark of the copy, None for a whole read.
+        self.listed: dict[str, tuple[ScheduleRecord, bool, StoredSchedule]] = {}
+        self.broken: dict[str, str] = {}
+        self.relist: set[str] = set()  # declared or undeclared since the last refresh
+        self.mark: int | None = None
+        self.whole_at = -math.inf
+        # Record digest -> its decoded trigger (a claim plans with it; parsing a cron
+        # expression costs more than the rest of a claim).
+        self.triggers: dict[str, TriggerLike] = {}
         self.offset = 0.0  # store clock - this process's wall clock, at the latest read
         self.closing = False
 
@@ -194,7 +233,10 @@ class StoreLoop:
         self.thread = None
         self.in_flight = {}
         self.retry_completions = []
+        self.finished = []
         self.decisions = {}
+        self.planned = {}
+        self.wake_at = math.inf
         self.closing = False
 
     # -- from any thread ----------------------------------------------------------------------
@@ -230,6 +272,8 @@ class StoreLoop:
         result = self.store.declare(definition, first_fire)
         self._refresh_job(job, result.record)
         self.snapshot_at = -math.inf
+        self.wanted = True
+        self.relist.add(definition.name)  # declared here now (its row may not have changed)
         events = self.scheduler.events
         if result.outcome == "changed":
             logger.warning("%s: schedule %r changed in %s: now %s -> %s (its state is kept)",
@@ -246,6 +290,7 @@ class StoreLoop:
         with self.lock:
             job = self.jobs.pop(name, None)
             self.to_declare.pop(name, None)
+            self.relist.add(name)
         if job is not None:
             job._cancelled = True
             with self.scheduler.lock:
@@ -255,13 +300,22 @@ class StoreLoop:
         if (removed or job is not None) and ScheduleRemoved in events.wanted:
             events.emit(ScheduleRemoved(name, "removed"))
         self.snapshot_at = -math.inf
+        self.wanted = True
         self.nudge()
         return removed
 
     def status(self) -> StoreStatus:
+        self.wanted = True  # the loop refreshes the copy (at most every SNAPSHOT_EVERY)
+        with self.lock:
+            snapshot = self.snapshot
+            if snapshot is None:
+                # Sorted here, when asked, not at every refresh (10,000 names cost more
+                # than the refresh of a few changes).
+                listed = self.listed
+                snapshot = self.snapshot = tuple(listed[name][2] for name in sorted(listed))
         return StoreStatus(self.store.display_url, self.owner, self.healthy, self.last_error,
                            self.claims, self.completed, self.lease_lost, self.store_errors,
-                           len(self.retry_completions), self.snapshot, self.corrupt)
+                           len(self.retry_completions), snapshot, self.corrupt)
 
     # -- the thread ---------------------------------------------------------------------------
 
@@ -320,24 +374,36 @@ class StoreLoop:
             self._failed(action, exc)
             self.post(("control", name, action))  # again after the backoff
         self.snapshot_at = -math.inf
+        self.wanted = True
 
     def _serve(self, monotonic: Callable[[], float]) -> float:
         """One pass: declare, complete, renew, claim, refresh; the delay until the next."""
+        self.wake_at = math.inf  # awake: a completion from now on nudges (see `complete`)
         with self.lock:
             pending = list(self.to_declare.values())
         for definition, job in pending:
             self._declare(definition, job)
             with self.lock:
                 self.to_declare.pop(definition.name, None)
+        self._write_finished()
         self._retry_completions()
         self._renew(monotonic())
         store = self.store
         claims = store.claim(self.owner, lease=self.lease, limit=BATCH, planner=self._plan,
                              on_crash=_on_crash)
         decisions, self.decisions = self.decisions, {}
+        planned, self.planned = self.planned, {}
         for claim in claims:
-            self._announce_missed(claim.name, decisions.pop((claim.name, claim.version), None))
-            self._start_run(claim, monotonic())
+            key = (claim.name, claim.version)
+            self._announce_missed(claim.name, decisions.pop(key, None))
+            next_fire: float | None = _UNKNOWN
+            if key in planned:
+                fire = planned[key]
+                next_fire = None if fire is None else fire.timestamp()
+                owned = self.jobs.get(claim.name)
+                if owned is not None and owned._wall is not None:
+                    owned._wall.set_fire(fire)
+            self._start_run(claim, monotonic(), next_fire)
         for (name, _), decision in decisions.items():
             # Plans that run nothing ("skip") are announced too: nothing silent. (A store
             # whose conditional write can lose a race, MongoDB, may announce one twice.)
@@ -345,7 +411,8 @@ class StoreLoop:
         if len(claims) >= BATCH:
             return 0.0  # more may be due
         now = monotonic()
-        if now >= self.snapshot_at:
+        if self.wanted and now >= self.snapshot_at:
+            self.wanted = False
             self._take_snapshot()
             # At most 5 % of the loop's time on it, however many records the store holds.
             took = monotonic() - now
@@ -356,7 +423,19 @@ class StoreLoop:
         delay = POLL if earliest is None else (earliest - store_now).total_seconds()
         if self.in_flight:
             delay = min(delay, min(f.renew_at for f in self.in_flight.values()) - now)
-        return max(0.0, min(delay, POLL))
+        delay = max(0.0, min(delay, POLL))
+        self.wake_at = store_now.timestamp() + delay
+        return delay
+
+    def _trigger(self, record: ScheduleRecord) -> TriggerLike:
+        """`record`'s trigger, decoded once per definition (by its digest)."""
+        trigger = self.triggers.get(record.digest)
+        if trigger is None:
+            trigger = trigger_of(record.definition.trigger)
+            if len(self.triggers) >= _TRIGGERS_KEPT:
+                self.triggers.clear()
+            self.triggers[record.digest] = trigger
+        return trigger
 
     def _plan(self, record: ScheduleRecord, now: dt.datetime) -> Plan:
         """The ``missed`` policy on a due record, at the store's `now` (`wallclock.decide`)."""
@@ -364,7 +443,7 @@ class StoreLoop:
         first = record.next_fire
         assert first is not None
         try:
-            trigger = trigger_of(record.definition.trigger)
+            trigger = self._trigger(record)
             policy: Missed = options.get("missed", "latest")  # type: ignore[assignment]
             # Fire times left unclaimed past UNWATCHED_AFTER passed unwatched, up to now, as
             # in memory after a restart with `since`: "skip" runs none of them (the store
@@ -378,18 +457,20 @@ class StoreLoop:
             logger.exception("%s: the trigger of stored schedule %r failed; it stops (no "
                              "next fire time)", self.name, record.name)
             return Plan(None, None, 0)
+        key = (record.name, record.version + 1)
         if policy == "all" and len(d.runs) > 1:
             # One fire time per claim: the next claim takes the next one (a group of due
             # fire times is walked once, here, and the rest stay due in the record).
             plan = Plan(d.runs[0], d.runs[1], d.count - len(d.runs))
         else:
             plan = Plan(d.runs[-1] if d.runs else None, d.next_fire, d.count - len(d.runs))
+        self.planned[key] = plan.next_fire
         announced = self.announced.get(record.name)
         if d.missed and (announced is None or first > announced):
             # Once a group: "all" walks it one claim at a time, and each later claim of the
             # walk sees the rest of the group this process has announced already.
             self.announced[record.name] = d.last
-            self.decisions[(record.name, record.version + 1)] = (
+            self.decisions[key] = (
                 d.missed, d.ran, first, d.last_missed, d.reason, policy, d.truncated)
         return plan
 
@@ -412,10 +493,11 @@ class StoreLoop:
             events.emit(RunMissed(name, missed, ran, first, last, reason, policy,
                                   truncated))
 
-    def _start_run(self, claim: Claim, now: float) -> None:
+    def _start_run(self, claim: Claim, now: float, next_fire: float | None) -> None:
         self.claims += 1
         with self.lock:
-            self.in_flight[(claim.name, claim.version)] = _InFlight(claim, now + self.renew_every)
+            self.in_flight[(claim.name, claim.version)] = _InFlight(
+                claim, now + self.renew_every, next_fire)
         pool = self.scheduler.pool
         assert pool is not None
         pool.put(_StoredRun(self, claim))  # type: ignore[arg-type]
@@ -449,19 +531,53 @@ class StoreLoop:
             events.emit(LeaseLost(claim.name, claim.fire_time, claim.attempt, refused))
 
     def complete(self, claim: Claim, result: str) -> None:
-        """A run ended (on a pool thread): record it, fenced; retried by the loop on error."""
+        """A run ended (on a pool thread): record it, fenced; retried by the loop on error.
+
+        A store that completes in batches (``complete_many``: one transaction for many) gets
+        the completion from the loop, at its next pass; any other store, from here, now.
+        """
+        batched = self.complete_many is not None
         with self.lock:
-            self.in_flight.pop((claim.name, claim.version), None)
-        try:
-            done = self.store.complete(claim, result)
-        except Exception as exc:
-            self._failed("complete", exc)
-            with self.lock:
-                self.retry_completions.append((claim, result))
+            flight = self.in_flight.pop((claim.name, claim.version), None)
+            if batched:
+                self.finished.append((claim, result))
+        if not batched:
+            try:
+                done = self.store.complete(claim, result)
+            except Exception as exc:
+                self._failed("complete", exc)
+                with self.lock:
+                    self.retry_completions.append((claim, result))
+                self.nudge()
+                return
+            self._completed(claim, done)
+        # The loop's wake-up was computed without this record (a record with a run in
+        # progress is not due): wake it if the record is due before then (a batched
+        # completion is written by then: the loop writes completions first). Read after the
+        # write: a loop that computed its wake-up before the write has set `wake_at` by now,
+        # or still shows +inf (awake).
+        # An awake loop (+inf) sleeps at most POLL after its pass: a record due later than
+        # that (and a pass's length, and the clocks' offset, as slack) is seen in time.
+        next_fire = _UNKNOWN if flight is None else flight.next_fire
+        horizon = self.scheduler.clock.time() + self.offset + 2 * POLL
+        if next_fire is not None and next_fire <= min(self.wake_at, horizon):
             self.nudge()
+
+    def _write_finished(self) -> None:
+        """Write the completions the pool handed over, in one batch (see `complete`)."""
+        with self.lock:
+            pending, self.finished = self.finished, []
+        if not pending:
             return
-        self._completed(claim, done)
-        self.nudge()  # the record may be due again already
+        assert self.complete_many is not None
+        try:
+            written = self.complete_many(pending)
+        except Exception:
+            with self.lock:  # retried one at a time, and counted as waiting in status()
+                self.retry_completions.extend(pending)
+            raise
+        for (claim, _), done in zip(pending, written, strict=True):
+            self._completed(claim, done)
 
     def _completed(self, claim: Claim, done: bool) -> None:
         if done:
@@ -492,28 +608,63 @@ class StoreLoop:
         self.last_error = error
 
     def _take_snapshot(self) -> None:
-        records = self.store.records()
+        """Bring the copy of the store's records behind `status()` up to date."""
+        changed_since = getattr(self.store, "changed_since", None)
+        now = self.scheduler.clock.monotonic()
+        if changed_since is None or self.mark is None or now >= self.whole_at:
+            self.mark = None
+        if changed_since is not None:
+            changes = changed_since(self.mark)
+            whole, records, corrupt = changes.whole, changes.records, changes.corrupt
+            self.mark = changes.mark
+        else:
+            whole, records, corrupt = True, self.store.records(), self.store.corrupt()
+        if whole:
+            self.whole_at = now + WHOLE_EVERY
         with self.lock:
             jobs = dict(self.jobs)
-        out = []
-        for record in records:
-            job = jobs.get(record.name)
+            relist, self.relist = self.relist, set()
+        if not whole:  # declared or undeclared here since: listed again, as they are
+            records = [*records, *(self.listed[name][0] for name in relist - {
+                r.name for r in records} if name in self.listed)]
+        rows = [(r, jobs.get(r.name)) for r in records]
+        made = [(r, job is not None, self._listed(r, job is not None)) for r, job in rows]
+        for record, job in rows:
             if job is not None:
                 self._refresh_job(job, record)
-            try:
-                trigger = trigger_of(record.definition.trigger).describe()
-            except Exception as exc:  # a trigger this version cannot read
-                trigger = f"<unreadable: {exc}>"
-            out.append(StoredSchedule(
-                record.name, trigger, record.definition.target, job is not None,
-                record.paused, iso(record.next_fire), record.owner, iso(record.lease_until),
-                dict(record.counters), iso(record.last_fire), record.last_result))
-        self.snapshot = tuple(out)
-        corrupt = tuple(self.store.corrupt())
-        for name, reason in sorted(set(corrupt) - set(self.corrupt)):
-            logger.error("%s: stored schedule %r cannot be read and is skipped: %s", self.name,
-                         name, reason)
-        self.corrupt = corrupt
+        broken = {} if whole else dict(self.broken)
+        for record in records:
+            broken.pop(record.name, None)
+        for name, reason in corrupt:
+            if self.broken.get(name) != reason:
+                logger.error("%s: stored schedule %r cannot be read and is skipped: %s",
+                             self.name, name, reason)
+            broken[name] = reason
+        with self.lock:  # status() sorts `listed` under it
+            listed = {} if whole else self.listed
+            for item in made:
+                listed[item[0].name] = item
+            for name in broken:
+                listed.pop(name, None)
+            if made or whole or corrupt:
+                self.snapshot = None
+            self.listed = listed
+            self.broken = broken
+        self.corrupt = tuple(sorted(broken.items()))
+
+    def _listed(self, record: ScheduleRecord, declared: bool) -> StoredSchedule:
+        """`record` as `status()` lists it (kept while the record is the same)."""
+        old = self.listed.get(record.name)
+        if old is not None and old[1] == declared and (old[0] is record or old[0] == record):
+            return old[2]
+        try:
+            trigger = self._trigger(record).describe()
+        except Exception as exc:  # a trigger this version cannot read
+            trigger = f"<unreadable: {exc}>"
+        return StoredSchedule(
+            record.name, trigger, record.definition.target, declared, record.paused,
+            iso(record.next_fire), record.owner, iso(record.lease_until), dict(record.counters),
+            iso(record.last_fire), record.last_result)
 
     def _refresh_job(self, job: Job, record: ScheduleRecord) -> None:
         wall = job._wall
@@ -530,6 +681,7 @@ class StoreLoop:
             if thread is not me and thread.ident is not None:
                 thread.join()
         try:
+            self._write_finished()
             self._retry_completions()
         except Exception as exc:
             logger.error("%s: %d completion(s) not recorded at shutdown (%s): their lease "
