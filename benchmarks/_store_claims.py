@@ -64,7 +64,7 @@ DAY = dt.timedelta(days=1)
 #: Records per claim (the service's ``stored.BATCH``).
 BATCH = 100
 FULL_SCHEDULES = 100_000
-QUICK_SCHEDULES = 5_000
+QUICK_SCHEDULES = 1_000
 PROCESSES = (1, 2, 4)
 
 

@@ -32,7 +32,8 @@ def test_benchmark_runs_in_quick_mode(area: str) -> None:
 def test_scheduler_benchmark_measures_both_schedulers_and_every_walk(tmp_path: Path) -> None:
     """The scheduler area in quick mode: every service metric has a value for ours and for
     APScheduler, runs happened, the schedules kept in SQLite files were checked for double
-    runs (none of ours, said in the note), and the next-fire walks time ours, APScheduler and
+    runs (none of ours, said in the note), processes claiming from one PostgreSQL and one
+    nx-27017 store claimed each fire time once, and the next-fire walks time ours, APScheduler and
     cronsim (aware and naive), with the fire times each found in the metric's note."""
     out = tmp_path / "scheduler.json"
     proc = subprocess.run(
@@ -41,7 +42,10 @@ def test_scheduler_benchmark_measures_both_schedulers_and_every_walk(tmp_path: P
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     metrics = {m["name"]: m for m in json.loads(out.read_text())["metrics"]}
-    service = [m for name, m in metrics.items() if "fire times" not in name]
+    claims = {name: m for name, m in metrics.items()
+              if name.startswith(("store ", "service start-up"))}
+    service = [m for name, m in metrics.items()
+               if "fire times" not in name and name not in claims]
     walks = [m for name, m in metrics.items() if "fire times" in name]
     stored = [m for name, m in metrics.items() if "in a SQLite file" in name]
     assert len(service) == 13 and len(stored) == 4 and len(walks) == 2, sorted(metrics)
@@ -51,6 +55,15 @@ def test_scheduler_benchmark_measures_both_schedulers_and_every_walk(tmp_path: P
             assert all(v > 0 for v in metric["medians"].values()), metric
     for metric in stored:
         assert "double runs" in metric["note"] and "executors 0 of " in metric["note"], metric
+    # Many processes claiming from one PostgreSQL and one nx-27017 store: 7 rows each, every
+    # (name, fire time) claimed once.
+    assert len(claims) >= 14, sorted(claims)
+    for name, metric in claims.items():
+        assert set(metric["medians"]) == {"executors"}, name
+        if name.startswith("store double runs"):
+            assert metric["medians"]["executors"] == 0, metric
+        else:
+            assert metric["medians"]["executors"] > 0, metric
     for metric in walks:
         assert set(metric["medians"]) == {"executors", "APScheduler", "cronsim",
                                           "cronsim (naive)"}
