@@ -405,9 +405,12 @@ class StoreLoop:
                     owned._wall.set_fire(fire)
             self._start_run(claim, monotonic(), next_fire)
         for (name, _), decision in decisions.items():
-            # Plans that run nothing ("skip") are announced too: nothing silent. (A store
-            # whose conditional write can lose a race, MongoDB, may announce one twice.)
-            self._announce_missed(name, decision)
+            # Plans that run nothing ("skip") are announced too: nothing silent. A plan that
+            # runs a fire time and has no claim lost its write to another process, which
+            # announces it. (A store whose conditional write can lose a race, MongoDB, may
+            # announce a plan that runs nothing twice.)
+            if decision[1] == 0:
+                self._announce_missed(name, decision)
         if len(claims) >= BATCH:
             return 0.0  # more may be due
         now = monotonic()
