@@ -282,16 +282,27 @@ def wake_or_hold(waiter: SharedWaiter, exc: BaseException | None = None) -> bool
 class SharedThreadWaiter(SharedWaiter):
     """A plain thread parked in a shared primitive: it blocks on a lock of its own (no CPU)."""
 
-    __slots__ = ("_gave_up", "_parked")
+    __slots__ = ("_parked", "_settled")
 
     resumes_on_loop: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self._token = [None]  # SharedWaiter.__init__ inlined: made on every parking
         self.value = UNSET
-        self._gave_up = False  # set by `settle` when it gave up: a second settle returns
+        # Set when it gave up (`abandon`) or `settle` saw its claim's value: `settle` then
+        # returns at once (the value may have been handed back and reset since).
+        self._settled = False
         self._parked = threading.Lock()
         self._parked.acquire()  # released once, by the claimer, after storing the value
+
+    def abandon(self) -> bool:
+        token = self._token  # SharedWaiter.abandon, and the record `settle` reads
+        try:
+            del token[0]
+        except IndexError:
+            return False
+        self._settled = True  # no checkpoint between the deletion and this store
+        return True
 
     def wake(self) -> bool:
         try:
@@ -327,17 +338,15 @@ class SharedThreadWaiter(SharedWaiter):
         # thread may already hold the lock (an exception raised just after acquire returned).
         # Idempotent: a caller whose `wait` raised settles again (it cannot tell whether the
         # exception came before `wait` began or from inside it, which settled already).
-        if self._gave_up:
-            return
-        if self.abandon():
-            self._gave_up = True  # no checkpoint between the abandon's return and this store
-            return
+        if self._settled or self.abandon():
+            return  # it gave up (now, or before: at its timeout), or settled before
         parked = self._parked
         while self.value is UNSET:
             try:
                 parked.acquire(True, 0.001)
             except BaseException:  # a second Ctrl-C: the delivery is still imminent, wait on
                 continue
+        self._settled = True
 
     def __repr__(self) -> str:
         state = "claimed" if self.claimed else "waiting" if self._token else "gave up"
