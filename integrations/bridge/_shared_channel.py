@@ -734,7 +734,10 @@ class BlockingSharedChannel(Generic[T]):
                 # Interrupted after parking (before or inside `wait`): the registration may be
                 # queued, and a getter may have claimed it since the mutex was released. Give
                 # up, or learn that the value was taken: then the send happened, and says so.
-                finish(_leave_line, ch, waiter, reg)
+                try:
+                    finish(_leave_line, ch, waiter, reg)
+                except BaseException:  # a second signal at finish's first instruction
+                    finish(_leave_line, ch, waiter, reg)
                 sent = waiter.value is _SENT
             if sent:
                 note_completed(exc)
@@ -807,13 +810,20 @@ class BlockingSharedChannel(Generic[T]):
         except BaseException:
             # Each cleanup runs through `finish`, its first statement: see there.
             if value is not _NOTHING:  # taken, but never returned: put it back
-                finish(ch._put_back, value, [False])
+                done = [False]  # shared by both runs below
+                try:
+                    finish(ch._put_back, value, done)
+                except BaseException:  # a second signal at finish's first instruction
+                    finish(ch._put_back, value, done)
                 drop_held()
             elif waiter is not None:
                 # Interrupted after parking: before `wait` began (its registration is live and
                 # a sender may have claimed it since the mutex was released) or inside it.
                 # Give up, or wait for the claim's value and pass it on.
-                finish(_leave_line, ch, waiter, reg)
+                try:
+                    finish(_leave_line, ch, waiter, reg)
+                except BaseException:  # a second signal at finish's first instruction
+                    finish(_leave_line, ch, waiter, reg)
                 drop_held()
             raise
         if not claimed:
@@ -827,7 +837,10 @@ class BlockingSharedChannel(Generic[T]):
             try:
                 raise_held()  # the main thread's only
             except BaseException:
-                finish(ch._hand_back, waiter)  # took nothing: the value goes back (once)
+                try:
+                    finish(ch._hand_back, waiter)  # took nothing: the value goes back (once)
+                except BaseException:  # a second signal at finish's first instruction
+                    finish(ch._hand_back, waiter)  # took nothing: the value goes back (once)
                 raise
         return payload  # type: ignore[return-value]
 
@@ -1130,7 +1143,10 @@ def select_blocking(*operations: Operation, timeout: float | None = None,
                 try:
                     _release_all(mutexes)
                 except BaseException:  # raised at its first instruction: nothing released
-                    finish(_release_all, mutexes)
+                    try:
+                        finish(_release_all, mutexes)
+                    except BaseException:  # a second signal at finish's first instruction
+                        finish(_release_all, mutexes)
                     raise
             if result is not None:
                 if _HELD[0] is not None:
@@ -1149,13 +1165,20 @@ def select_blocking(*operations: Operation, timeout: float | None = None,
         except BaseException as exc:
             # Each cleanup runs through `finish`, its first statement: see there.
             if isinstance(result, GetResult):
-                finish(_put_back_result, result, [False])
+                done = [False]  # shared by both runs below
+                try:
+                    finish(_put_back_result, result, done)
+                except BaseException:  # a second signal at finish's first instruction
+                    finish(_put_back_result, result, done)
                 drop_held()
             elif waiter is not None:
                 # Interrupted after parking, before `wait` began (every registration is live,
                 # and a counterpart may have claimed one since the mutexes were released) or
                 # inside it: give up, or wait for the claim's value; then leave every line.
-                finish(_leave_select, waiter, regs)
+                try:
+                    finish(_leave_select, waiter, regs)
+                except BaseException:  # a second signal at finish's first instruction
+                    finish(_leave_select, waiter, regs)
                 result = waiter.value  # type: ignore[assignment]
                 drop_held()
             if isinstance(result, SendResult):

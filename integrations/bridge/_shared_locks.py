@@ -488,12 +488,18 @@ class _SharedPermits:
                 return True
         except BaseException:
             # Interrupted (Ctrl-C): the caller never learns of a permit taken or a place
-            # in line. Give them back, through `finish` (a second Ctrl-C in this clause lands
-            # at its first instruction only).
+            # in line. Give them back, through `finish` (see there).
             if taken:
-                finish(self._complete, self._release_locked, 1, [False])
+                done = [False]  # shared by both runs below
+                try:
+                    finish(self._complete, self._release_locked, 1, done)
+                except BaseException:  # a second signal at finish's first instruction
+                    finish(self._complete, self._release_locked, 1, done)
             elif waiter is not None:
-                finish(self._leave, waiter)
+                try:
+                    finish(self._leave, waiter)
+                except BaseException:  # a second signal at finish's first instruction
+                    finish(self._leave, waiter)
             drop_held()
             raise
         assert waiter is not None
@@ -505,7 +511,10 @@ class _SharedPermits:
         except BaseException:
             # `wait` settled first (or never began): the thread gives up, or was handed the
             # permit (then it goes on; `_leave` can run again).
-            finish(self._leave, waiter)
+            try:
+                finish(self._leave, waiter)
+            except BaseException:  # a second signal at finish's first instruction
+                finish(self._leave, waiter)
             drop_held()
             raise
         self._leave(waiter)  # gave up at its timeout: count it for compaction

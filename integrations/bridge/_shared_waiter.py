@@ -144,11 +144,19 @@ def finish(fn: Callable[..., object], *args: object) -> None:
     """Run ``fn(*args)`` to its end, whatever signal handlers raise meanwhile (Ctrl-C).
 
     For the ``except`` clause of a thread's operation, which must hand back or leave what the
-    interrupted operation left half-done: its first statement, so that a second signal's
-    exception can only land at this call's own first instruction, not at any of the cleanup's
-    checkpoints. `fn` must be restartable (each run skips what an interrupted run did) and
-    raise nothing of its own; a signal's exception is held (`hold`) and `fn` run again. The
-    caller re-raises the exception it handles and then drops the held ones (`drop_held`).
+    interrupted operation left half-done. Its first statement, as::
+
+        try:
+            finish(fn, *args)
+        except BaseException:  # a second signal at finish's first instruction
+            finish(fn, *args)
+
+    so that a second signal's exception (they do come back to back: design.md, "Ctrl-C")
+    lands where it is caught, and only a third one, at the second call's first instruction,
+    can escape. `fn` must be restartable (each run skips what an interrupted run did) and
+    raise nothing of its own; a signal's exception raised inside is held (`hold`) and `fn`
+    run again. The caller then drops the held ones (`drop_held`) and re-raises the exception
+    it handles: one Ctrl-C comes out, not one per signal.
     """
     while True:
         try:
