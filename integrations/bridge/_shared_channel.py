@@ -667,7 +667,6 @@ def _leave_line(ch: SharedChannel[object], waiter: SharedThreadWaiter, reg: _Reg
         ch._discard(reg)
 
 
-
 @final
 class BlockingSharedChannel(Generic[T]):
     """The thread view of a `SharedChannel`: `SharedChannel.blocking` (and `Portal.channel`).
