@@ -5,7 +5,8 @@ main thread, wherever it is: inside a section, in a wake-up, right after a mutex
 Tasks of a loop and other threads are busy on the same primitives. Afterwards: no counter is
 negative, every value whose send returned is received exactly once (a send that raised
 KeyboardInterrupt may or may not have sent, never twice), every permit is back, no mutex is
-held, and the loop still stops.
+held, and the loop still stops. Then the windows the storm found, one at a time, with the
+exception raised exactly there.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import pytest
 
 from executors.aio import Get, GetResult, Send, SendResult
 from executors.errors import ChannelClosed, WouldBlock
+from executors.testing import wait_until
 from integrations.bridge import SharedChannel, SharedLock, SharedSemaphore, select_blocking
 from integrations.bridge._shared_waiter import COMPLETED_NOTE
 
@@ -354,3 +356,94 @@ def test_ctrl_c_soak(loop_factory: LoopFactory) -> None:
     _report(c)
     assert c.interrupts > 500, f"only {c.interrupts} interrupts: the test did not test"
     _check(c)
+
+
+# -- the windows one at a time ------------------------------------------------------------------
+#
+# The storm finds a window now and then; these put the exception exactly into one. A trace
+# function of the main thread raises KeyboardInterrupt at the first instruction of a chosen
+# call, which is where a signal handler's exception lands at that checkpoint.
+
+
+class _InjectAt:
+    """``with _InjectAt(pred):`` raises KeyboardInterrupt once, in this thread, at the start of
+    the first call for which ``pred(frame)`` is true (after `arm` is true, if given)."""
+
+    def __init__(self, pred: Callable[[FrameType], bool]) -> None:
+        self.pred = pred
+        self.fired = False
+
+    def _trace(self, frame: FrameType, event: str, arg: object) -> None:
+        if event == "call" and not self.fired and self.pred(frame):
+            self.fired = True
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> _InjectAt:
+        sys.settrace(self._trace)  # type: ignore[arg-type]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.settrace(None)
+
+
+def _named(name: str) -> Callable[[FrameType], bool]:
+    return lambda frame: frame.f_code.co_name == name and "integrations" in (
+        frame.f_code.co_filename)
+
+
+def test_interrupt_between_parking_and_waiting_leaves_no_live_getter() -> None:
+    """A thread's get interrupted after it parked and before it waited (at `wait`'s first
+    instruction) gives up its place: a later value is not handed to its dead registration."""
+    ch: SharedChannel[int] = SharedChannel(0)
+    with _InjectAt(_named("wait")) as inject, pytest.raises(KeyboardInterrupt):
+        ch.blocking.get(timeout=5)
+    assert inject.fired
+    with pytest.raises(WouldBlock):
+        ch.send_nowait(1)  # nobody waits: the value is not handed to the interrupted getter
+    assert ch.statistics().waiting_getters == 0
+
+
+def test_interrupt_right_after_a_take_still_wakes_the_taken_thread() -> None:
+    """A send that took a parked thread getter and is interrupted at the next call (the
+    wake-up) still wakes it: the getter receives the value (no timeout: it would wait
+    forever), and the send's exception says the value was sent."""
+    ch: SharedChannel[int] = SharedChannel(0)
+    got: list[int] = []
+    getter = threading.Thread(target=lambda: got.append(ch.blocking.get()), daemon=True)
+    getter.start()
+    wait_until(lambda: ch.statistics().waiting_getters == 1)
+    taken = [False]
+
+    def after_take(frame: FrameType) -> bool:
+        return taken[0]
+
+    def trace(frame: FrameType, event: str, arg: object) -> object:
+        if event == "return" and frame.f_code.co_name == "take" and arg is True:
+            taken[0] = True  # the waiter is taken: the next call is where the wake-up begins
+        inject._trace(frame, event, arg)
+        return trace  # trace every frame: its "return" event is needed
+
+    inject = _InjectAt(after_take)
+    sys.settrace(trace)  # type: ignore[arg-type]
+    try:
+        with pytest.raises(KeyboardInterrupt) as info:
+            ch.blocking.send(7)
+    finally:
+        sys.settrace(None)
+    assert inject.fired
+    assert _completed(info.value)
+    getter.join(5)
+    assert got == [7]
+
+
+def test_select_interrupted_after_its_timeout_returns() -> None:
+    """A blocking select interrupted as it leaves the lines after its timeout expired raises at
+    once (it gave up: nothing to wait for) and leaves no live registration."""
+    a: SharedChannel[int] = SharedChannel(0)
+    b: SharedChannel[int] = SharedChannel(0)
+    with _InjectAt(_named("_unpark_select")) as inject, pytest.raises(KeyboardInterrupt):
+        select_blocking(Get(a), Get(b), timeout=0.01)
+    assert inject.fired
+    for ch in (a, b):
+        with pytest.raises(WouldBlock):
+            ch.send_nowait(1)
