@@ -455,7 +455,11 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
         if self._deferred:
             self._run_deferred()
         if _HELD[0] is not None:
-            raise_held()
+            try:
+                raise_held(True)  # sent: the exception of a signal that came meanwhile
+            except BaseException as exc:  # also one raised at raise_held's first instruction
+                note_completed(exc)
+                raise
 
     def _deferred_send(self, value: T) -> None:
         # The caller returned already: the value must be received, even past `size`.
@@ -472,20 +476,34 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
             WouldBlock: nothing is available now.
         """
         mutex = self._mutex
+        value: T | _aio_channels._Nothing = _NOTHING
         try:
-            mutex.acquire()  # inside the try: an exception right after it still releases
-            value = self._take()
-            if value is _NOTHING:
-                if self._closed and not self._in_flight:
-                    raise ChannelClosed("get on a closed and drained channel")
-                raise WouldBlock("channel empty: no value is buffered and no sender is waiting")
-        finally:
             try:
-                mutex.release()
-            except RuntimeError:  # interrupted while it waited for the mutex: never taken
-                pass
-        if self._deferred:
-            self._run_deferred()
+                mutex.acquire()  # inside the try: an exception right after it still releases
+                value = self._take()
+                if value is _NOTHING:
+                    if self._closed and not self._in_flight:
+                        raise ChannelClosed("get on a closed and drained channel")
+                    raise WouldBlock(
+                        "channel empty: no value is buffered and no sender is waiting")
+            finally:
+                try:
+                    mutex.release()
+                except RuntimeError:  # interrupted while it waited for the mutex: never taken
+                    pass
+            if self._deferred:
+                self._run_deferred()
+            if _HELD[0] is not None:
+                raise_held()  # handled below: the value goes back
+        except BaseException:
+            if value is not _NOTHING:  # taken, but never returned (Ctrl-C): put it back
+                done = [False]  # shared by both runs below
+                try:
+                    finish(self._put_back, value, done)
+                except BaseException:  # a second signal at finish's first instruction
+                    finish(self._put_back, value, done)
+                drop_held()
+            raise
         return value
 
     async def send(self, value: T) -> None:

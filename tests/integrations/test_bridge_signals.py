@@ -97,6 +97,25 @@ class Campaign:
         except TimeoutError:
             pass
 
+    def send_nowait(self, ch: SharedChannel[Value], value: Value) -> None:
+        self.uncertain.append(value)
+        try:
+            ch.send_nowait(value)
+        except WouldBlock:
+            self.uncertain.pop()
+            return
+        except KeyboardInterrupt as exc:
+            if _completed(exc):
+                self.sent.append(value)
+            raise
+        self.sent.append(value)
+
+    def get_nowait(self, ch: SharedChannel[Value]) -> None:
+        try:
+            self.received.append(ch.get_nowait())
+        except WouldBlock:
+            pass
+
     def select(self, a: SharedChannel[Value], b: SharedChannel[Value], value: Value) -> None:
         self.uncertain.append(value)
         try:
@@ -243,13 +262,17 @@ def _run(factory: LoopFactory, seed: int, budget: float) -> Campaign:
                         while time.monotonic() < deadline:
                             a, b = rng.sample(c.channels, 2)
                             value = ("m", next(counter))
-                            op = rng.randrange(5)
+                            op = rng.randrange(7)
                             if op == 0:
                                 c.send(a, value)
                             elif op == 1:
                                 c.get(a)
                             elif op == 2:
                                 c.select(a, b, value)
+                            elif op == 5:
+                                c.send_nowait(a, value)
+                            elif op == 6:
+                                c.get_nowait(a)
                             else:
                                 c.acquire_release(c.sem if op == 3 else c.lock)
                         storming[0] = False
