@@ -76,13 +76,15 @@ class Campaign:
 
     # A value the main thread sends is in `uncertain` before the call (a second Ctrl-C in an
     # `except` clause must not leave it recorded nowhere); it moves to `sent` once the call
-    # says it was sent, and leaves `uncertain` only when the call timed out (then not sent).
+    # says it was sent, and leaves `uncertain` only when the call timed out or would block
+    # (then not sent).
 
-    def send(self, ch: SharedChannel[Value], value: Value) -> None:
+    def _send(self, send: Callable[[Value], object], value: Value,
+              unsent: type[Exception]) -> None:
         self.uncertain.append(value)
         try:
-            ch.blocking.send(value, timeout=0.02)
-        except TimeoutError:
+            send(value)
+        except unsent:
             self.uncertain.pop()
             return
         except KeyboardInterrupt as exc:
@@ -90,6 +92,9 @@ class Campaign:
                 self.sent.append(value)
             raise
         self.sent.append(value)
+
+    def send(self, ch: SharedChannel[Value], value: Value) -> None:
+        self._send(lambda v: ch.blocking.send(v, timeout=0.02), value, TimeoutError)
 
     def get(self, ch: SharedChannel[Value]) -> None:
         try:
@@ -98,17 +103,7 @@ class Campaign:
             pass
 
     def send_nowait(self, ch: SharedChannel[Value], value: Value) -> None:
-        self.uncertain.append(value)
-        try:
-            ch.send_nowait(value)
-        except WouldBlock:
-            self.uncertain.pop()
-            return
-        except KeyboardInterrupt as exc:
-            if _completed(exc):
-                self.sent.append(value)
-            raise
-        self.sent.append(value)
+        self._send(ch.send_nowait, value, WouldBlock)
 
     def get_nowait(self, ch: SharedChannel[Value]) -> None:
         try:
