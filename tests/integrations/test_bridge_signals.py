@@ -76,8 +76,7 @@ class Campaign:
 
     # A value the main thread sends is in `uncertain` before the call (a second Ctrl-C in an
     # `except` clause must not leave it recorded nowhere); it moves to `sent` once the call
-    # says it was sent, and leaves `uncertain` only when the call timed out or would block
-    # (then not sent).
+    # says it was sent, and leaves `uncertain` only when the call timed out (then not sent).
 
     def _send(self, send: Callable[[Value], object], value: Value,
               unsent: type[Exception]) -> None:
@@ -100,15 +99,6 @@ class Campaign:
         try:
             self.received.append(ch.blocking.get(timeout=0.02))
         except TimeoutError:
-            pass
-
-    def send_nowait(self, ch: SharedChannel[Value], value: Value) -> None:
-        self._send(ch.send_nowait, value, WouldBlock)
-
-    def get_nowait(self, ch: SharedChannel[Value]) -> None:
-        try:
-            self.received.append(ch.get_nowait())
-        except WouldBlock:
             pass
 
     def select(self, a: SharedChannel[Value], b: SharedChannel[Value], value: Value) -> None:
@@ -257,17 +247,13 @@ def _run(factory: LoopFactory, seed: int, budget: float) -> Campaign:
                         while time.monotonic() < deadline:
                             a, b = rng.sample(c.channels, 2)
                             value = ("m", next(counter))
-                            op = rng.randrange(7)
+                            op = rng.randrange(5)
                             if op == 0:
                                 c.send(a, value)
                             elif op == 1:
                                 c.get(a)
                             elif op == 2:
                                 c.select(a, b, value)
-                            elif op == 5:
-                                c.send_nowait(a, value)
-                            elif op == 6:
-                                c.get_nowait(a)
                             else:
                                 c.acquire_release(c.sem if op == 3 else c.lock)
                         storming[0] = False
