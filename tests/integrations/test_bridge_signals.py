@@ -339,7 +339,8 @@ def test_ctrl_c_everywhere_leaves_everything_consistent(loop_factory: LoopFactor
     every value sent is received once, nothing is negative, every permit comes back."""
     c = _run(loop_factory, seed, budget=2.0)
     _report(c)
-    assert c.interrupts > 50, f"only {c.interrupts} interrupts: the test did not test"
+    # Usually 100 to 450; a starved main thread on a loaded machine once saw 23.
+    assert c.interrupts > 20, f"only {c.interrupts} interrupts: the test did not test"
     _check(c)
 
 
