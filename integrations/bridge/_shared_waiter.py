@@ -29,9 +29,10 @@ waiters below, in a FIFO of its own. The API, for a primitive's author:
   registration under the mutex). A timeout that loses the race with a claim returns True: the
   hand-off's result stands. A task awaits ``w.future`` and then reads ``w.value``.
 - **Give up.** ``w.abandon()``: True if the waiter owned nothing and now never will (remove its
-  registration under the mutex); False if it was claimed first. A thread interrupted inside
-  `wait` (Ctrl-C) has already abandoned or waited for the delivery when the exception leaves
-  `wait`: check ``w.claimed`` and hand ``w.value`` back. A cancelled task calls ``abandon()``;
+  registration under the mutex); False if it was claimed first. A thread interrupted (Ctrl-C)
+  anywhere from its parking to the end of `wait` (the exception may come before `wait` began)
+  calls ``w.settle()`` (it gives up, or waits for the claim's value; idempotent), then checks
+  ``w.claimed`` and hands ``w.value`` back. A cancelled task calls ``abandon()``;
   on False, ``w.value`` is valid once the task has acquired (and released) the mutex of every
   primitive the waiter is registered with: the claim stored it under one of them. Its leave
   section takes that mutex anyway, then hands the value (or permit) back.
