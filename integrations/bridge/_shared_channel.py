@@ -70,7 +70,9 @@ from ._shared_waiter import (
     SharedThreadWaiter,
     SharedWaiter,
     drop_held,
+    finish,
     hold,
+    note_completed,
     raise_held,
 )
 from ._waker import running_loop
@@ -308,13 +310,15 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
 
     # -- sections that take the mutex (also the duck-typed hooks a select uses) ---------------
 
-    def _put_back(self, value: object) -> None:
+    def _put_back(self, value: object, done: list[bool] | None = None) -> None:
         """A value handed to a party that gave up: pass it on, never drop it.
 
         Completed even if a signal handler raises meanwhile (the exception is held); one that
-        arrives at its very start makes it start again.
+        arrives at its very start makes it start again. With `done` (``[False]`` at first), it
+        can be run again (by `finish`) and passes the value on once.
         """
-        done = [False]
+        if done is None:
+            done = [False]
         try:
             self._complete(self._put_back_locked, value, done)
         except BaseException as exc:  # raised at _complete's first checkpoint: not begun
@@ -451,7 +455,11 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
         if self._deferred:
             self._run_deferred()
         if _HELD[0] is not None:
-            raise_held()
+            try:
+                raise_held(True)  # sent: the exception of a signal that came meanwhile
+            except BaseException as exc:  # also one raised at raise_held's first instruction
+                note_completed(exc)
+                raise
 
     def _deferred_send(self, value: T) -> None:
         # The caller returned already: the value must be received, even past `size`.
@@ -468,20 +476,34 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
             WouldBlock: nothing is available now.
         """
         mutex = self._mutex
+        value: T | _aio_channels._Nothing = _NOTHING
         try:
-            mutex.acquire()  # inside the try: an exception right after it still releases
-            value = self._take()
-            if value is _NOTHING:
-                if self._closed and not self._in_flight:
-                    raise ChannelClosed("get on a closed and drained channel")
-                raise WouldBlock("channel empty: no value is buffered and no sender is waiting")
-        finally:
             try:
-                mutex.release()
-            except RuntimeError:  # interrupted while it waited for the mutex: never taken
-                pass
-        if self._deferred:
-            self._run_deferred()
+                mutex.acquire()  # inside the try: an exception right after it still releases
+                value = self._take()
+                if value is _NOTHING:
+                    if self._closed and not self._in_flight:
+                        raise ChannelClosed("get on a closed and drained channel")
+                    raise WouldBlock(
+                        "channel empty: no value is buffered and no sender is waiting")
+            finally:
+                try:
+                    mutex.release()
+                except RuntimeError:  # interrupted while it waited for the mutex: never taken
+                    pass
+            if self._deferred:
+                self._run_deferred()
+            if _HELD[0] is not None:
+                raise_held()  # handled below: the value goes back
+        except BaseException:
+            if value is not _NOTHING:  # taken, but never returned (Ctrl-C): put it back
+                done = [False]  # shared by both runs below
+                try:
+                    finish(self._put_back, value, done)
+                except BaseException:  # a second signal at finish's first instruction
+                    finish(self._put_back, value, done)
+                drop_held()
+            raise
         return value
 
     async def send(self, value: T) -> None:
@@ -650,6 +672,19 @@ def _noop() -> None:
 # -- blocking view -----------------------------------------------------------------------------
 
 
+def _leave_line(ch: SharedChannel[object], waiter: SharedThreadWaiter, reg: _Reg | None
+                ) -> None:
+    # A thread's send or get interrupted after it parked: it gives up, or (a claim won) waits
+    # for the claim's value; a received value goes on. Restartable (for `finish`): `settle`
+    # and `_hand_back` do their part once, and a second discard only compacts earlier.
+    waiter.settle()
+    if waiter.claimed:
+        if waiter.value is not _SENT and waiter.value is not _CLOSED:
+            ch._hand_back(waiter)
+    elif reg is not None:
+        ch._discard(reg)
+
+
 @final
 class BlockingSharedChannel(Generic[T]):
     """The thread view of a `SharedChannel`: `SharedChannel.blocking` (and `Portal.channel`).
@@ -683,42 +718,60 @@ class BlockingSharedChannel(Generic[T]):
         seconds = _validate.timeout(timeout)
         ch = self._channel
         mutex = ch._mutex
+        waiter: SharedThreadWaiter | None = None
+        reg: _Reg | None = None
+        sent = False
         try:
-            mutex.acquire()  # inside the try: an exception right after it still releases
-            if ch._closed:
-                raise ChannelClosed("send on a closed channel")
-            if ch._offer(value):
-                waiter = None
-            elif seconds == 0:
-                raise TimeoutError(f"send: not taken within {timeout} s (the value was not sent)")
-            else:
-                waiter = SharedThreadWaiter()
-                reg = ch._park(waiter, ch._senders, value)
-        finally:
             try:
-                mutex.release()
-            except RuntimeError:  # interrupted while it waited for the mutex: never taken
-                pass
-            if ch._deferred:
-                ch._run_deferred()
-        if waiter is None:
-            if _HELD[0] is not None:
-                raise_held(True)  # sent: the exception of a signal that came meanwhile
-            return
-        try:
+                mutex.acquire()  # inside the try: an exception right after it still releases
+                if ch._closed:
+                    raise ChannelClosed("send on a closed channel")
+                if ch._offer(value):
+                    sent = True  # no checkpoint between the offer's return and this store
+                elif seconds == 0:
+                    raise TimeoutError(
+                        f"send: not taken within {timeout} s (the value was not sent)")
+                else:
+                    waiter = SharedThreadWaiter()
+                    reg = ch._park(waiter, ch._senders, value)
+            finally:
+                try:
+                    mutex.release()
+                except RuntimeError:  # interrupted while it waited for the mutex: never taken
+                    pass
+                if ch._deferred:
+                    ch._run_deferred()
+            if waiter is None:
+                if _HELD[0] is not None:
+                    raise_held(True)  # sent: the exception of a signal that came meanwhile
+                return
             claimed = waiter.wait(seconds)
-        except BaseException:
-            if not waiter.claimed:
-                ch._discard(reg)
+        except BaseException as exc:
+            if waiter is not None:
+                # Interrupted after parking (before or inside `wait`): the registration may be
+                # queued, and a getter may have claimed it since the mutex was released. Give
+                # up, or learn that the value was taken: then the send happened, and says so.
+                try:
+                    finish(_leave_line, ch, waiter, reg)
+                except BaseException:  # a second signal at finish's first instruction
+                    finish(_leave_line, ch, waiter, reg)
+                sent = waiter.value is _SENT
+            if sent:
+                note_completed(exc)
             drop_held()
-            raise  # a value already taken stays sent
+            raise
         if not claimed:
+            assert reg is not None
             ch._discard(reg)
             raise TimeoutError(f"send: not taken within {timeout} s (the value was not sent)")
         if waiter.value is _CLOSED:
             raise ChannelClosed("channel closed while the send waited")
         if _HELD[0] is not None:
-            raise_held()
+            try:
+                raise_held(True)  # sent
+            except BaseException as exc:  # also one raised at raise_held's first instruction
+                note_completed(exc)
+                raise
 
     def get(self, timeout: float | None = None) -> T:
         """Get the next value, waiting for one.
@@ -735,6 +788,8 @@ class BlockingSharedChannel(Generic[T]):
         mutex = ch._mutex
         yielded = seconds == 0 or ch._size <= 1  # no batch to wait for without a buffer
         value: object = _NOTHING
+        waiter: SharedThreadWaiter | None = None
+        reg: _Reg | None = None
         try:
             while True:
                 try:
@@ -767,21 +822,29 @@ class BlockingSharedChannel(Generic[T]):
                 if _HELD[0] is not None:
                     raise_held()  # handled below: the value goes back
                 return value
-        except BaseException:
-            if value is not _NOTHING:  # taken, but never returned: put it back
-                ch._put_back(value)
-                drop_held()
-            raise
-        try:
+            assert waiter is not None
             claimed = waiter.wait(seconds)
         except BaseException:
-            if waiter.claimed:
-                ch._hand_back(waiter)
-            else:
-                ch._discard(reg)
-            drop_held()
+            # Each cleanup runs through `finish`, its first statement: see there.
+            if value is not _NOTHING:  # taken, but never returned: put it back
+                done = [False]  # shared by both runs below
+                try:
+                    finish(ch._put_back, value, done)
+                except BaseException:  # a second signal at finish's first instruction
+                    finish(ch._put_back, value, done)
+                drop_held()
+            elif waiter is not None:
+                # Interrupted after parking: before `wait` began (its registration is live and
+                # a sender may have claimed it since the mutex was released) or inside it.
+                # Give up, or wait for the claim's value and pass it on.
+                try:
+                    finish(_leave_line, ch, waiter, reg)
+                except BaseException:  # a second signal at finish's first instruction
+                    finish(_leave_line, ch, waiter, reg)
+                drop_held()
             raise
         if not claimed:
+            assert reg is not None
             ch._discard(reg)
             raise TimeoutError(f"get: no value within {timeout} s")
         payload = waiter.value
@@ -791,7 +854,10 @@ class BlockingSharedChannel(Generic[T]):
             try:
                 raise_held()  # the main thread's only
             except BaseException:
-                ch._hand_back(waiter)  # took nothing: the value goes back
+                try:
+                    finish(ch._hand_back, waiter)  # took nothing: the value goes back (once)
+                except BaseException:  # a second signal at finish's first instruction
+                    finish(ch._hand_back, waiter)  # took nothing: the value goes back (once)
                 raise
         return payload  # type: ignore[return-value]
 
@@ -893,7 +959,11 @@ def _poll(order: Sequence[_Op]) -> SelectResult | None:
         else:
             ended = channel._closed
             if not ended and channel._offer(op._value):
-                return SendResult(channel, op)  # type: ignore[arg-type]
+                try:
+                    return SendResult(channel, op)  # type: ignore[arg-type]
+                except BaseException as exc:  # Ctrl-C before the result existed: it was sent
+                    note_completed(exc)
+                    raise
         if not ended:
             open_case = True
         elif not op._ignore_on_closed:
@@ -955,6 +1025,21 @@ def _hand_back_result(payload: object, from_task: bool) -> None:
         channel._put_back(payload.value)
         if from_task:
             channel._received()
+
+
+def _put_back_result(result: GetResult[object], done: list[bool]) -> None:
+    # A blocking select that received and then was interrupted: the value goes back, once.
+    channel: SharedChannel[object] = result.channel  # type: ignore[assignment]
+    channel._put_back(result.value, done)
+
+
+def _leave_select(waiter: SharedThreadWaiter, regs: tuple[_Reg, ...]) -> None:
+    # A blocking select interrupted after it parked: it gives up, or (a claim won) waits for
+    # the claim's value, which goes back first; then it leaves every line. Restartable.
+    waiter.settle()
+    if waiter.claimed:
+        _hand_back_waiter(waiter)  # idempotent: the value is reset under its mutex
+    _unpark_select(regs, ())
 
 
 def _hand_back_waiter(waiter: SharedWaiter) -> None:
@@ -1057,6 +1142,7 @@ def select_blocking(*operations: Operation, timeout: float | None = None,
     while True:
         result: SelectResult | None = None
         waiter: SharedThreadWaiter | None = None
+        regs: tuple[_Reg, ...] = ()
         try:
             _acquire_all(mutexes)
             try:
@@ -1066,43 +1152,60 @@ def select_blocking(*operations: Operation, timeout: float | None = None,
                     regs, _ = _park_select(ops, waiter)
             except BaseException:
                 if waiter is not None:
-                    waiter.abandon()  # parked on some cases only: all of them are dead now
+                    # Parked on some cases only (every mutex is still held: nobody claimed
+                    # it): it gives up, so all of them are dead now.
+                    waiter.settle()
                 raise
             finally:
-                _release_all(mutexes)
+                try:
+                    _release_all(mutexes)
+                except BaseException:  # raised at its first instruction: nothing released
+                    try:
+                        finish(_release_all, mutexes)
+                    except BaseException:  # a second signal at finish's first instruction
+                        finish(_release_all, mutexes)
+                    raise
             if result is not None:
                 if _HELD[0] is not None:
-                    raise_held()  # handled below: a received value goes back
+                    # A received value goes back (below); a send happened, and says so.
+                    raise_held(isinstance(result, SendResult))
                 return result
-        except BaseException:
-            if isinstance(result, GetResult):
-                _hand_back_result(result, False)
-                drop_held()
-            raise
-        if seconds == 0:
-            raise TimeoutError(f"select: nothing completed within {timeout} s")
-        assert waiter is not None
-        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-        try:
+            if seconds == 0:
+                raise TimeoutError(f"select: nothing completed within {timeout} s")
+            assert waiter is not None
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             claimed = waiter.wait(left)
-        except BaseException:
-            _unpark_select(regs, ())
-            if waiter.claimed:
-                _hand_back_waiter(waiter)
-            drop_held()
+            _unpark_select(regs, ())  # in the `try`: the claimed value goes back on Ctrl-C
+            if claimed and _HELD[0] is not None and waiter.value is not _ALL_CLOSED:
+                # The main thread's only. A received value goes back (below).
+                raise_held(isinstance(waiter.value, SendResult))
+        except BaseException as exc:
+            # Each cleanup runs through `finish`, its first statement: see there.
+            if isinstance(result, GetResult):
+                done = [False]  # shared by both runs below
+                try:
+                    finish(_put_back_result, result, done)
+                except BaseException:  # a second signal at finish's first instruction
+                    finish(_put_back_result, result, done)
+                drop_held()
+            elif waiter is not None:
+                # Interrupted after parking, before `wait` began (every registration is live,
+                # and a counterpart may have claimed one since the mutexes were released) or
+                # inside it: give up, or wait for the claim's value; then leave every line.
+                try:
+                    finish(_leave_select, waiter, regs)
+                except BaseException:  # a second signal at finish's first instruction
+                    finish(_leave_select, waiter, regs)
+                result = waiter.value  # type: ignore[assignment]
+                drop_held()
+            if isinstance(result, SendResult):
+                note_completed(exc)
             raise
-        _unpark_select(regs, ())
         if not claimed:
             raise TimeoutError(f"select: nothing completed within {timeout} s")
         payload = waiter.value
         if payload is _ALL_CLOSED:
             continue  # re-poll under all the locks: raises ChannelClosed if still so
-        if _HELD[0] is not None:
-            try:
-                raise_held()  # the main thread's only
-            except BaseException:
-                _hand_back_waiter(waiter)  # took nothing: the value goes back
-                raise
         return payload  # type: ignore[return-value]
 
 

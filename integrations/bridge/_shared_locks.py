@@ -77,7 +77,9 @@ from ._shared_waiter import (
     SharedThreadWaiter,
     SharedWaiter,
     drop_held,
+    finish,
     hold,
+    note_completed,
     raise_held,
 )
 from ._waker import running_loop
@@ -349,7 +351,11 @@ class _SharedPermits:
         except BaseException as exc:  # the permit is back: a Ctrl-C now is "after"
             hold(exc)
         if _HELD[0] is not None:
-            raise_held(True)  # the permit is back: the Ctrl-C that came meanwhile
+            try:
+                raise_held(True)  # the permit is back: the Ctrl-C that came meanwhile
+            except BaseException as exc:  # also one raised at raise_held's first instruction
+                note_completed(exc)
+                raise
 
     def _lost(self, waiter: SharedTaskWaiter) -> None:
         """Owner hook: `waiter`'s loop closed before its task used the permit it was handed."""
@@ -496,12 +502,18 @@ class _SharedPermits:
                 return True
         except BaseException:
             # Interrupted (Ctrl-C): the caller never learns of a permit taken or a place
-            # in line. Give them back.
-            drop_held()
+            # in line. Give them back, through `finish` (see there).
             if taken:
-                self._release()
+                done = [False]  # shared by both runs below
+                try:
+                    finish(self._complete, self._release_locked, 1, done)
+                except BaseException:  # a second signal at finish's first instruction
+                    finish(self._complete, self._release_locked, 1, done)
             elif waiter is not None:
-                self._leave(waiter)
+                try:
+                    finish(self._leave, waiter)
+                except BaseException:  # a second signal at finish's first instruction
+                    finish(self._leave, waiter)
             drop_held()
             raise
         assert waiter is not None
@@ -511,9 +523,12 @@ class _SharedPermits:
                     raise_held()  # handled below: the permit goes back
                 return True
         except BaseException:
-            # `wait` settled first: the thread either gave up or was handed the permit.
-            drop_held()
-            self._leave(waiter)
+            # `wait` settled first (or never began): the thread gives up, or was handed the
+            # permit (then it goes on; `_leave` can run again).
+            try:
+                finish(self._leave, waiter)
+            except BaseException:  # a second signal at finish's first instruction
+                finish(self._leave, waiter)
             drop_held()
             raise
         self._leave(waiter)  # gave up at its timeout: count it for compaction

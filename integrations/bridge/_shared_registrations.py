@@ -61,14 +61,23 @@ class _Reg:
         waiter = self.waiter
         if not waiter.take(payload):
             return False
+        # From the take's return, no checkpoint before a `try` around the wake-up (see
+        # SharedWaiter.claim): a taken waiter is always woken.
         if not waiter.resumes_on_loop:
-            wake_or_hold(waiter)  # a thread waiter's wake never fails
+            try:
+                waiter.wake()  # a thread waiter's wake never fails
+            except BaseException as exc:
+                wake_or_hold(waiter, exc)
             return True
         # Counted in the same checkpoint-free stretch as the take: in flight until the task
         # consumes it or it comes back.
         channel = self.channel
         channel._in_flight += 1
-        if wake_or_hold(waiter):
+        try:
+            woke = waiter.wake()
+        except BaseException as exc:
+            woke = wake_or_hold(waiter, exc)
+        if woke:
             return True
         waiter.value = UNSET  # its loop closed after the take: the value stays here
         channel._in_flight -= 1

@@ -29,9 +29,10 @@ waiters below, in a FIFO of its own. The API, for a primitive's author:
   registration under the mutex). A timeout that loses the race with a claim returns True: the
   hand-off's result stands. A task awaits ``w.future`` and then reads ``w.value``.
 - **Give up.** ``w.abandon()``: True if the waiter owned nothing and now never will (remove its
-  registration under the mutex); False if it was claimed first. A thread interrupted inside
-  `wait` (Ctrl-C) has already abandoned or waited for the delivery when the exception leaves
-  `wait`: check ``w.claimed`` and hand ``w.value`` back. A cancelled task calls ``abandon()``;
+  registration under the mutex); False if it was claimed first. A thread interrupted (Ctrl-C)
+  anywhere from its parking to the end of `wait` (the exception may come before `wait` began)
+  calls ``w.settle()`` (it gives up, or waits for the claim's value; idempotent), then checks
+  ``w.claimed`` and hands ``w.value`` back. A cancelled task calls ``abandon()``;
   on False, ``w.value`` is valid once the task has acquired (and released) the mutex of every
   primitive the waiter is registered with: the claim stored it under one of them. Its leave
   section takes that mutex anyway, then hands the value (or permit) back.
@@ -67,7 +68,7 @@ free-threaded CPython as well, where list and deque operations take the object's
 - ``del token[0]`` on the one-element token list: exactly one of any number of concurrent
   callers removes the element, the others get ``IndexError``. That is the one-shot claim, and
   ``abandon`` is the same deletion (so "claimed" and "gave up" cannot both win).
-- ``set.add``/``discard`` on a loop's owed set (from any thread).
+- Storing and popping a key of a loop's owed dict (from any thread).
 - ``threading.Lock.release``/``acquire`` for a thread waiter's parking (the release
   happens-before the acquire that returns, so the stored value is seen by the woken thread).
 - ``collections.deque.append``/``popleft`` inside `LoopWaker.post`/flush (see `_waker`).
@@ -78,12 +79,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from typing import ClassVar, Final, Protocol, final
 
 from ._waker import owed_set, running_loop, waker_for
 
 __all__ = ("SharedWaiter", "SharedThreadWaiter", "SharedTaskWaiter", "UNSET", "Owner",
-           "wake_or_hold", "hold", "raise_held", "held", "drop_held", "COMPLETED_NOTE")
+           "wake_or_hold", "hold", "raise_held", "held", "drop_held", "note_completed", "finish",
+           "COMPLETED_NOTE")
 
 
 class _Unset:
@@ -138,6 +141,46 @@ def raise_held(completed: bool = False) -> None:
         raise exc
 
 
+def finish(fn: Callable[..., object], *args: object) -> None:
+    """Run ``fn(*args)`` to its end, whatever signal handlers raise meanwhile (Ctrl-C).
+
+    For the ``except`` clause of a thread's operation, which must hand back or leave what the
+    interrupted operation left half-done. Its first statement, as::
+
+        try:
+            finish(fn, *args)
+        except BaseException:  # a second signal at finish's first instruction
+            finish(fn, *args)
+
+    so that a second signal's exception (they do come back to back: design.md, "Ctrl-C")
+    lands where it is caught, and only a third one, at the second call's first instruction,
+    can escape. `fn` must be restartable (each run skips what an interrupted run did) and
+    raise nothing of its own; a signal's exception raised inside is held (`hold`) and `fn`
+    run again. The caller then drops the held ones (`drop_held`) and re-raises the exception
+    it handles: one Ctrl-C comes out, not one per signal.
+    """
+    while True:
+        try:
+            while True:
+                try:
+                    fn(*args)
+                    return
+                except BaseException as exc:
+                    hold(exc)  # raises it again outside the main thread: not a signal's
+        except BaseException as exc:
+            hold(exc)
+
+
+def note_completed(exc: BaseException) -> None:
+    """Mark `exc` as raised after its operation took effect (`COMPLETED_NOTE`, once).
+
+    For the ``except`` of a ``try`` around ``raise_held(True)``: a new signal's exception
+    raised at `raise_held`'s first instruction (or anywhere after the commit) gets the note too.
+    """
+    if COMPLETED_NOTE not in getattr(exc, "__notes__", ()):
+        exc.add_note(COMPLETED_NOTE)
+
+
 def drop_held() -> None:
     """Forget a held exception: an exception of the same kind is propagating already."""
     if threading.get_ident() == _MAIN:
@@ -168,7 +211,15 @@ class SharedWaiter:
         """Store `value` and take the waiter, under the primitive's mutex; True if it took it."""
         if not self.take(value):
             return False
-        if wake_or_hold(self):
+        # Taken: the wake-up must happen. The `try` starts right at the return of `take` (no
+        # checkpoint in between): a signal handler raising at `wake`'s first instruction is
+        # caught here, not at the first instruction of a retrying helper (which would leave
+        # the waiter taken and never woken: a thread stuck, a value lost).
+        try:
+            woke = self.wake()
+        except BaseException as exc:
+            woke = wake_or_hold(self, exc)
+        if woke:
             return True
         self.value = UNSET  # see SharedTaskWaiter.wake: the claimer keeps the value
         return False
@@ -210,39 +261,57 @@ class SharedWaiter:
         return bool(self._token)
 
 
-def wake_or_hold(waiter: SharedWaiter) -> bool:
+def wake_or_hold(waiter: SharedWaiter, exc: BaseException | None = None) -> bool:
     """``waiter.wake()``, completed even if a signal handler raises meanwhile (Ctrl-C).
 
     The exception is held (`hold`) and the wake-up retried: a taken waiter must be woken, or it
-    waits forever holding a value nobody else can get. Two nested loops: the outer one catches
-    an exception raised at the inner loop's backward jump, so an exception escapes only if two
-    more signals arrive within the few hundred nanoseconds between a caught exception and the
-    next backward jump (signals are never that close: see design.md, "Ctrl-C").
+    waits forever holding a value nobody else can get. Call it from the ``except`` of a ``try``
+    around the first ``waiter.wake()`` (with `exc`, the exception caught there): calling it
+    straight after a take would leave its own first instruction (a checkpoint) between the take
+    and any ``try``. Two nested loops: the outer one catches an exception raised at the inner
+    loop's backward jump, so an exception escapes only if more signal handlers raise within
+    the few instructions between a caught exception and the next backward jump (see design.md,
+    "Ctrl-C": that needs a GIL switch at each of those instructions).
     """
     while True:
         try:
             while True:
                 try:
+                    if exc is not None:
+                        pending, exc = exc, None
+                        hold(pending)
                     return waiter.wake()
-                except BaseException as exc:
-                    hold(exc)  # raises it again outside the main thread: not a signal's
-        except BaseException as exc:
-            hold(exc)
+                except BaseException as caught:
+                    hold(caught)  # raises it again outside the main thread: not a signal's
+        except BaseException as caught:
+            hold(caught)
 
 
 @final
 class SharedThreadWaiter(SharedWaiter):
     """A plain thread parked in a shared primitive: it blocks on a lock of its own (no CPU)."""
 
-    __slots__ = ("_parked",)
+    __slots__ = ("_parked", "_settled")
 
     resumes_on_loop: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self._token = [None]  # SharedWaiter.__init__ inlined: made on every parking
         self.value = UNSET
+        # Set when it gave up (`abandon`) or `settle` saw its claim's value: `settle` then
+        # returns at once (the value may have been handed back and reset since).
+        self._settled = False
         self._parked = threading.Lock()
         self._parked.acquire()  # released once, by the claimer, after storing the value
+
+    def abandon(self) -> bool:
+        token = self._token  # SharedWaiter.abandon, and the record `settle` reads
+        try:
+            del token[0]
+        except IndexError:
+            return False
+        self._settled = True  # no checkpoint between the deletion and this store
+        return True
 
     def wake(self) -> bool:
         try:
@@ -263,26 +332,30 @@ class SharedThreadWaiter(SharedWaiter):
             if parked.acquire(True, -1 if timeout is None else max(timeout, 0.0)):
                 return True
         except BaseException:
-            self._settle()
+            self.settle()
             raise
         if self.abandon():
             return False
-        self._settle()
+        self.settle()
         return True
 
-    def _settle(self) -> None:
-        # The thread stopped waiting (timeout, or an exception while blocked): either it gives up
-        # now, or a claimer took the token first and stores the value within a few instructions
-        # under its mutex. Wait for the value itself, not for the lock: the thread may already
-        # hold the lock (an exception raised just after acquire returned).
-        if self.abandon():
-            return
+    def settle(self) -> None:
+        """The thread stops waiting (or will not start: an exception between its parking and
+        `wait`): give up, or, if a claim won, wait until its value is stored (`claimed`)."""
+        # Either it gives up now, or a claimer took the token first and stores the value within
+        # a few instructions under its mutex. Wait for the value itself, not for the lock: the
+        # thread may already hold the lock (an exception raised just after acquire returned).
+        # Idempotent: a caller whose `wait` raised settles again (it cannot tell whether the
+        # exception came before `wait` began or from inside it, which settled already).
+        if self._settled or self.abandon():
+            return  # it gave up (now, or before: at its timeout), or settled before
         parked = self._parked
         while self.value is UNSET:
             try:
                 parked.acquire(True, 0.001)
             except BaseException:  # a second Ctrl-C: the delivery is still imminent, wait on
                 continue
+        self._settled = True
 
     def __repr__(self) -> str:
         state = "claimed" if self.claimed else "waiting" if self._token else "gave up"
@@ -332,7 +405,10 @@ class SharedTaskWaiter(SharedWaiter):
         self.value = value
         owed = self._owed
         if owed is not None:
-            owed.add(self)  # no checkpoint between the store above and this add
+            # A dict item store, not ``set.add``: no call, so no checkpoint between the take and
+            # the return (a signal handler raising after ``add`` returned would leave the
+            # waiter taken while its taker saw an exception, and never woken).
+            owed[self] = None
         return True
 
     def wake(self) -> bool:
@@ -352,14 +428,14 @@ class SharedTaskWaiter(SharedWaiter):
         self.value = UNSET
         owed = self._owed
         if owed is not None:
-            owed.discard(self)
+            owed.pop(self, None)
         return value
 
     def returned(self) -> None:
         """The value was handed back (under the owner's mutex): forget the owed record."""
         owed = self._owed
         if owed is not None:
-            owed.discard(self)
+            owed.pop(self, None)
 
     def lost(self) -> None:
         """The loop closed (or is gone) before the task used what it was handed: give it back."""

@@ -78,6 +78,9 @@ class _Batch:
     __slots__ = ("__weakref__", "items", "ran", "waker")
 
     def __init__(self, waker: LoopWaker, first: SharedTaskWaiter) -> None:
+        # `ran` is set last: a signal handler raising inside this __init__ (at its first
+        # instruction, or at the return of deque()) makes `post` raise before the batch is
+        # used, and its __del__ then finds no `ran` (nothing to do).
         self.waker = waker
         self.items: deque[SharedTaskWaiter] = deque((first,))
         self.ran = False
@@ -100,8 +103,8 @@ class _Batch:
         # collected (hand back: the sentinel does too, each value goes back once), or a signal
         # handler's exception left call_soon_threadsafe before it queued the batch (the loop
         # lives on: post the waiters again).
-        if self.ran or not self.items:
-            return
+        if getattr(self, "ran", True) or not self.items:
+            return  # ran, or never fully made (see __init__)
         loop = self.waker._loop_ref()
         if loop is None or loop.is_closed():
             _hand_back_all(self.items)
@@ -134,7 +137,9 @@ class _Sentinel:
     __slots__ = ("__weakref__", "owed")
 
     def __init__(self) -> None:
-        self.owed: set[SharedTaskWaiter] = set()
+        # A dict used as a set: a take records with an item store, which has no checkpoint
+        # (see SharedTaskWaiter.take).
+        self.owed: dict[SharedTaskWaiter, None] = {}
 
     def __call__(self) -> None:
         pass  # due after 30 years of running: a loop that runs that long closes some day too
@@ -143,7 +148,7 @@ class _Sentinel:
         owed = self.owed
         while owed:
             try:
-                waiter = owed.pop()
+                waiter, _ = owed.popitem()
             except KeyError:  # emptied by a racing consume
                 return
             waiter.lost()
@@ -153,7 +158,8 @@ class _Sentinel:
 _SENTINEL_DELAY: Final = 30 * 365 * 86400.0
 
 
-def owed_set(waker: LoopWaker, loop: asyncio.AbstractEventLoop) -> set[SharedTaskWaiter]:
+def owed_set(waker: LoopWaker, loop: asyncio.AbstractEventLoop
+             ) -> dict[SharedTaskWaiter, None]:
     """The owed set of `loop` (on its thread: its sentinel timer is made on first use)."""
     ref = waker._sentinel
     sentinel = ref() if ref is not None else None
