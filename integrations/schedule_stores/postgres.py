@@ -457,6 +457,9 @@ class _Listener:
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, _LISTEN_BACKOFF_MAX)
                 continue
+            if self._stop.is_set():  # closed while connecting: no call after close()
+                conn.close()
+                return
             try:
                 with conn:
                     conn.execute(f'LISTEN "{self._channel}"')

@@ -16,6 +16,7 @@ from helpers import stored_jobs
 from helpers.store_urls import empty_store_url
 
 from executors import BackgroundService, Interval
+from executors._cli import main
 from executors._service import stored
 from executors._service.store import Plan, ScheduleDefinition, ScheduleRecord
 from executors.testing import wait_until
@@ -83,6 +84,26 @@ def test_a_run_now_and_a_pause_made_elsewhere_reach_a_running_service_at_once(
         other.close()
     assert ran_after < AT_ONCE and paused_after < AT_ONCE
     assert _listener_threads() == []  # the service's stop stopped its listener
+
+
+def test_the_schedules_command_reaches_a_running_service_at_once(
+        url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``executors schedules URL run-now NAME`` (its own connection, as from another machine)
+    runs the job of a service polling every 30 s within `AT_ONCE`; ``remove`` takes it out of
+    the service's status() as fast."""
+    monkeypatch.setattr(stored, "POLL", SLOW_POLL)
+    with BackgroundService(store=url) as svc:
+        svc.schedule(Interval(3600), stored_jobs.seen, "b", name="hourly")
+        wait_until(lambda: len(svc.status().store.schedules) == 1,  # type: ignore[union-attr]
+                   10)
+        assert main(["schedules", url, "run-now", "hourly"]) == 0
+        wait_until(lambda: stored_jobs.SEEN, AT_ONCE)
+        wait_until(lambda: svc.status().store.completed == 1,  # type: ignore[union-attr]
+                   AT_ONCE)
+        assert main(["schedules", url, "remove", "hourly"]) == 0
+        wait_until(lambda: svc.status().store.schedules == (),  # type: ignore[union-attr]
+                   AT_ONCE)
+    assert capsys.readouterr().out.splitlines()[-1] == "remove: hourly"
 
 
 def test_claims_renewals_and_completions_notify_nothing(url: str) -> None:
