@@ -30,8 +30,11 @@ A `BackgroundService` given a store (``BackgroundService(store="sqlite:///jobs.d
 - **Sleep.** Between claims the loop sleeps until the store's earliest next fire time
   (`ScheduleStore.next_due`, converted from the store's clock to a monotonic delay), never
   longer than `POLL` (1 s): a pause, resume, reschedule, removal or run-now made by another
-  process or by ``executors schedules`` is seen within `POLL`. (PostgreSQL ``LISTEN/NOTIFY``
-  and MongoDB change streams, which would shorten that, are not used.)
+  process or by ``executors schedules`` is seen within `POLL`. A store that can report its
+  changes (``watch(callback)``: the PostgreSQL store, by ``LISTEN/NOTIFY``) wakes the loop at
+  once instead, and the copy behind `status()` is refreshed on the next pass (still at most
+  5 % of the loop's time); polling stays as the safety net. (MongoDB change streams are not
+  used.)
 - **The store fails, the service does not.** A store error marks the service unhealthy
   (`StoreStatus.healthy`, `ServiceStatus.healthy`), and the loop retries with a backoff from
   `BACKOFF_FIRST` doubling to `BACKOFF_MAX`; runs already claimed go on. When the store answers
@@ -210,6 +213,8 @@ class StoreLoop:
         self.snapshot: tuple[StoredSchedule, ...] | None = ()  # None: made by status()
         self.corrupt: tuple[tuple[str, str], ...] = ()
         self.snapshot_at = -math.inf
+        self.snapshot_floor = -math.inf  # the earliest refresh the 5 % bound allows
+        self.unwatch: Callable[[], None] | None = None
         self.wanted = True  # status() was asked since the last refresh (or none was made)
         # The copy behind `snapshot`: name -> (the record it was made from, declared here,
         # the row); `mark` is the store's change mark of the copy, None for a whole read.
@@ -238,6 +243,7 @@ class StoreLoop:
         self.planned = {}
         self.wake_at = math.inf
         self.closing = False
+        self.unwatch = None  # the parent's listener (its close is a no-op here)
 
     # -- from any thread ----------------------------------------------------------------------
 
@@ -250,6 +256,11 @@ class StoreLoop:
     def close(self) -> None:
         self.closing = True
         self.messages.put(_CLOSE)
+
+    def changed(self) -> None:
+        """A change made elsewhere was reported (by the store's ``watch``): look now."""
+        self.snapshot_at = self.snapshot_floor
+        self.messages.put(_NUDGE)
 
     def declare(self, definition: ScheduleDefinition, job: Job) -> None:
         """Declare now if the store answers; else the loop declares it when it does."""
@@ -326,6 +337,9 @@ class StoreLoop:
         clock = self.scheduler.clock
         monotonic = clock.monotonic
         backoff = BACKOFF_FIRST
+        watch = getattr(self.store, "watch", None)
+        if watch is not None:
+            self.unwatch = watch(self.changed)
         while not self.closing:
             try:
                 delay = self._serve(monotonic)
@@ -421,11 +435,14 @@ class StoreLoop:
             took = monotonic() - now
             now = monotonic()
             self.snapshot_at = now + max(SNAPSHOT_EVERY, 20 * took)
+            self.snapshot_floor = now + 20 * took
         store_now, earliest = store.next_due()
         self.offset = store_now.timestamp() - self.scheduler.clock.time()
         delay = POLL if earliest is None else (earliest - store_now).total_seconds()
         if self.in_flight:
             delay = min(delay, min(f.renew_at for f in self.in_flight.values()) - now)
+        if self.wanted and self.snapshot_at > now:  # a refresh put off by the 5 % bound
+            delay = min(delay, self.snapshot_at - now)
         delay = max(0.0, min(delay, POLL))
         self.wake_at = store_now.timestamp() + delay
         return delay
@@ -678,6 +695,9 @@ class StoreLoop:
 
     def _finish(self) -> None:
         """Closing: wait for the runs in progress to record their end, then let go."""
+        if self.unwatch is not None:
+            self.unwatch()
+            self.unwatch = None
         pool = self.scheduler.pool
         me = threading.current_thread()
         for thread in list(pool.threads if pool is not None else ()):

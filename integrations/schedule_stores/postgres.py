@@ -7,6 +7,12 @@ instead of queueing on the same rows), reading two partial indexes in order (exp
 then idle due records: never a scan of the table), the plans are computed here, and one
 ``UPDATE ... FROM unnest(...)`` writes them, each conditional on its row's version.
 
+A change other processes must see at once (a declaration, pause, resume, run-now, removal)
+also sends ``pg_notify`` in its transaction, on a channel named after the table's oid (two
+tables in one database never wake each other); `watch` listens on it. Claims, renewals and
+completions notify nothing: they are the hot path, and other processes find due work by
+``next_due`` and polling.
+
 For speed, install psycopg with its C implementation (``pip install "psycopg[binary]"``): the
 pure-Python one spends about half of a claim's client time in the driver.
 """
@@ -16,7 +22,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import logging
 import os
+import select
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -44,6 +53,14 @@ from executors._service.store import (
 from executors._urls import redact
 
 __all__ = ("PostgresScheduleStore",)
+
+logger = logging.getLogger("executors.service")
+
+#: The first and the longest wait before a lost listener connects again (seconds).
+_LISTEN_BACKOFF_FIRST = 0.1
+_LISTEN_BACKOFF_MAX = 5.0
+#: How long a listener waits without a notification before it checks its connection (seconds).
+_LISTEN_CHECK_EVERY = 10.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS executors_meta (
@@ -76,6 +93,8 @@ DROP INDEX IF EXISTS executors_schedules_due;
 # The schema is complete when its last index exists: then a process starting up runs no DDL
 # (CREATE INDEX IF NOT EXISTS locks the table, waiting for the claims in flight).
 _SCHEMA_DONE = "SELECT to_regclass('executors_schedules_leases') IS NOT NULL"
+# The notification channel of this table: its oid (stable while the table exists).
+_CHANNEL = "SELECT 'executors_schedules'::regclass::oid"
 # The server's clock, in epoch seconds rounded to the microsecond (as instants are here).
 _NOW = "round(extract(epoch from now())::numeric, 6)::double precision"
 _COLUMNS = ("name, definition, digest, paused, next_fire, version, owner, lease_until, "
@@ -168,6 +187,7 @@ class PostgresScheduleStore:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections: list[psycopg.Connection[Any]] = []
+        self._listeners: list[_Listener] = []
         try:
             with self._tx() as cur:
                 cur.execute(_SCHEMA_DONE)
@@ -179,11 +199,16 @@ class PostgresScheduleStore:
                             "ON CONFLICT (key) DO NOTHING", (str(FORMAT_VERSION),))
                 cur.execute("SELECT value FROM executors_meta WHERE key = 'format'")
                 row = cur.fetchone()
+                cur.execute(_CHANNEL)
+                oid = cur.fetchone()
         except psycopg.OperationalError as exc:
             self.close()
             reason = " ".join(str(exc).split())  # libpq's message spans lines
             raise ConnectionError(f"cannot reach the schedule store {self.display_url}: "
                                   f"{reason}") from None
+        assert oid is not None
+        #: The channel `watch` listens on and the store's changes notify.
+        self.channel = f"executors_schedules_{oid[0]}"
         version = int(row[0]) if row else FORMAT_VERSION
         if version > FORMAT_VERSION:
             self.close()
@@ -226,6 +251,10 @@ class PostgresScheduleStore:
         row = cur.fetchone()
         return None if row is None else _decode(row)
 
+    def _notify(self, cur: psycopg.Cursor[Any], name: str) -> None:
+        """Tell the listeners (`watch`) that `name` changed, when this transaction commits."""
+        cur.execute("SELECT pg_notify(%s, %s)", (self.channel, name))
+
     def _write(self, cur: psycopg.Cursor[Any], records: list[tuple[ScheduleRecord, int]],
                *, claimed: bool = False) -> set[str]:
         """Write each record if its row still has the version given; the names written.
@@ -253,6 +282,7 @@ class PostgresScheduleStore:
             row = cur.fetchone()
             assert row is not None
             record = new_record(definition, first_fire(from_epoch(float(row[0]))))
+            self._notify(cur, definition.name)
             if old is None:
                 cur.execute(f"INSERT INTO executors_schedules ({_COLUMNS}) VALUES "
                             "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", _encode(record))
@@ -314,6 +344,7 @@ class PostgresScheduleStore:
                 return False
             updated = dataclasses.replace(record, version=record.version + 1,
                                           **changes)  # type: ignore[arg-type]
+            self._notify(cur, name)  # sent at commit, not at all if the write rolls back
             return bool(self._write(cur, [(updated, record.version)]))
 
     def set_paused(self, name: str, paused: bool) -> bool:
@@ -325,7 +356,10 @@ class PostgresScheduleStore:
     def remove(self, name: str) -> bool:
         with self._tx() as cur:
             cur.execute("DELETE FROM executors_schedules WHERE name = %s", (name,))
-            return cur.rowcount == 1
+            if cur.rowcount != 1:
+                return False
+            self._notify(cur, name)
+            return True
 
     def get(self, name: str) -> ScheduleRecord | None:
         with self._tx() as cur:
@@ -349,8 +383,115 @@ class PostgresScheduleStore:
     def corrupt(self) -> list[tuple[str, str]]:
         return [(name, r) for name, r in self._decoded() if isinstance(r, str)]
 
+    def watch(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Call `callback` (on a thread of its own) soon after any process commits a change
+        to a schedule that others must see: a declaration, pause, resume, run-now or removal
+        (``LISTEN`` on `channel`, one more connection). Also called each time the listener
+        (re)connects, as changes may have been missed while it was not listening. A lost
+        connection is opened again with a backoff (0.1 s doubling to 5 s), logged once per
+        loss. Returns the function that stops it (waits up to a second for its thread, which
+        is a daemon); `close` stops every listener of the store.
+        """
+        listener = _Listener(self._url, self.channel, callback, self._connect_timeout)
+        with self._lock:
+            self._listeners.append(listener)
+        listener.start()
+        return listener.close
+
     def close(self) -> None:
         with self._lock:
             connections, self._connections = self._connections, []
+            listeners, self._listeners = self._listeners, []
+        for listener in listeners:
+            listener.close()
         for conn in connections:
             conn.close()
+
+
+@final
+class _Listener:
+    """One ``LISTEN`` connection and the daemon thread that waits on it (see ``watch``)."""
+
+    def __init__(self, url: str, channel: str, callback: Callable[[], object],
+                 connect_timeout: int) -> None:
+        self._url = url
+        self._channel = channel
+        self._callback = callback
+        self._connect_timeout = connect_timeout
+        self._stop = threading.Event()
+        # close() writes to one end to wake the thread out of select().
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._pid = os.getpid()
+        self.thread = threading.Thread(target=self._run, name=f"{channel}-listener",
+                                       daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def close(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        if os.getpid() != self._pid:
+            return  # a forked child: the thread and its connection are the parent's
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass  # its end is closed: nothing to wake
+        if self.thread.ident is not None and self.thread is not threading.current_thread():
+            self.thread.join(1.0)
+        if not self.thread.is_alive():
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _run(self) -> None:
+        backoff = _LISTEN_BACKOFF_FIRST
+        lost = False
+        while not self._stop.is_set():
+            try:
+                # Named, so that an operator sees what the extra connection is.
+                conn = psycopg.connect(self._url, autocommit=True,
+                                       connect_timeout=self._connect_timeout,
+                                       application_name="executors schedule listener")
+            except psycopg.Error:
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, _LISTEN_BACKOFF_MAX)
+                continue
+            if self._stop.is_set():  # closed while connecting: no call after close()
+                conn.close()
+                return
+            try:
+                with conn:
+                    conn.execute(f'LISTEN "{self._channel}"')
+                    if lost:
+                        logger.info("listening to %s again", self._channel)
+                        lost = False
+                    backoff = _LISTEN_BACKOFF_FIRST
+                    self._call()  # changes may have been made while nobody listened
+                    self._listen(conn)
+            except psycopg.Error as exc:
+                if not self._stop.is_set() and not lost:
+                    lost = True
+                    logger.warning("the listener of %s lost its connection (%s): changes are "
+                                   "seen by polling until it is back", self._channel,
+                                   " ".join(str(exc).split()))
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, _LISTEN_BACKOFF_MAX)
+
+    def _listen(self, conn: psycopg.Connection[Any]) -> None:
+        fd, wake = conn.fileno(), self._wake_r.fileno()
+        while not self._stop.is_set():
+            ready, _, _ = select.select([fd, wake], [], [], _LISTEN_CHECK_EVERY)
+            if wake in ready:
+                return
+            if not ready:
+                conn.execute("SELECT 1")  # a silent loss of the server raises here
+                continue
+            if any(True for _ in conn.notifies(timeout=0)):
+                self._call()
+
+    def _call(self) -> None:
+        try:
+            self._callback()
+        except Exception:
+            logger.exception("the callback of the listener of %s failed", self._channel)
