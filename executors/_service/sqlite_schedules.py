@@ -23,6 +23,7 @@ import json
 import os
 import sqlite3
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, final
@@ -323,6 +324,7 @@ class SQLiteScheduleStore:
     def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
               on_crash: Callable[[ScheduleRecord], OnCrash]) -> list[Claim]:
         claims: list[Claim] = []
+        token = uuid.uuid4().hex  # the batch's: unique with each record's name
         with self._write() as conn:
             (seconds,) = conn.execute(f"SELECT {_NOW}").fetchone()
             now = from_epoch(float(seconds))
@@ -339,7 +341,7 @@ class SQLiteScheduleStore:
                     record = self._decode(row)
                 except StoreFormatError:
                     continue  # reported by corrupt(); the others still run
-                settled = settle_claim(record, owner, now, lease, planner, on_crash)
+                settled = settle_claim(record, owner, now, lease, planner, on_crash, token)
                 if settled is None:
                     continue
                 changed = changed or self._bump(conn)

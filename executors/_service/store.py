@@ -562,6 +562,7 @@ class MemoryStore:
     def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
               on_crash: Callable[[ScheduleRecord], OnCrash]) -> list[Claim]:
         claims: list[Claim] = []
+        token = uuid.uuid4().hex  # the batch's: unique with each record's name
         with self._lock:
             now = self.now()
             due = sorted((r for r in self._records.values() if _maybe_due(r, now)),
@@ -569,7 +570,7 @@ class MemoryStore:
             for record in due:
                 if len(claims) >= limit:
                     break
-                settled = settle_claim(record, owner, now, lease, planner, on_crash)
+                settled = settle_claim(record, owner, now, lease, planner, on_crash, token)
                 if settled is None:
                     continue
                 self._records[record.name] = settled[0]

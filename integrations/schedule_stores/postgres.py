@@ -27,6 +27,7 @@ import os
 import select
 import socket
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, final
@@ -303,6 +304,7 @@ class PostgresScheduleStore:
 
     def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
               on_crash: Callable[[ScheduleRecord], OnCrash]) -> list[Claim]:
+        token = uuid.uuid4().hex  # the batch's: unique with each record's name
         with self._tx() as cur:
             cur.execute(_CLAIMABLE, (limit, limit, limit))
             rows = cur.fetchall()
@@ -314,7 +316,7 @@ class PostgresScheduleStore:
                 except StoreFormatError:
                     continue  # reported by corrupt(); the others still run
                 settled = settle_claim(record, owner, from_epoch(float(row[12])), lease,
-                                       planner, on_crash)
+                                       planner, on_crash, token)
                 if settled is None:
                     continue
                 writes.append((settled[0], record.version))
