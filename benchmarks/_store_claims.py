@@ -96,9 +96,9 @@ def fill(url: str, n: int) -> None:
         conn = sqlite3.connect(sqlite_path(url))
         with conn:
             conn.execute("DELETE FROM executors_schedules")
-            conn.executemany(f"INSERT INTO executors_schedules ({sq._COLUMNS}) VALUES "
-                             "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                             [sq._record_params(r) for r in records])
+            marks = ", ".join("?" for _ in sq._COLUMNS.split(","))
+            conn.executemany(f"INSERT INTO executors_schedules ({sq._COLUMNS}) "
+                             f"VALUES ({marks})", [sq._record_params(r) for r in records])
         conn.close()
     elif scheme.startswith("postgres"):
         import psycopg

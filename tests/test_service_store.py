@@ -15,6 +15,7 @@ from helpers import stored_jobs
 from executors import (
     BackgroundService,
     Interval,
+    LeaseLost,
     RunMissed,
     ScheduleAdded,
     ScheduleChanged,
@@ -405,3 +406,44 @@ def test_a_corrupt_record_is_reported_and_skipped_and_the_others_run(db: str) ->
         ((name, reason),) = svc.status().store.corrupt  # type: ignore[union-attr]
     assert name == "bad" and "'trigger' must be a dict" in reason
     assert {tag for tag, _, _ in stored_jobs.SEEN} == {"good"}
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_pausing_a_stored_schedule_while_its_run_is_in_flight_loses_no_lease(
+        kind: str, db: str) -> None:
+    """A pause made while the schedule's run is in flight does not fence the run out: its
+    lease is still renewed, its end is recorded (runs counted, lease released), no LeaseLost
+    event is emitted, status() counts no lost lease, and the schedule stays paused."""
+    stored_jobs.GATE_ENTERED.clear()
+    stored_jobs.GATE_OPEN.clear()
+    store = MemoryStore() if kind == "memory" else SQLiteScheduleStore(
+        db.removeprefix("sqlite:///"))
+    try:
+        with BackgroundService(store=store, store_lease=0.6) as svc:
+            lost: list[ServiceEvent] = []
+            svc.subscribe(lost.append, LeaseLost)
+            job = svc.schedule(Interval(3600), stored_jobs.gated, "g", name="gated",
+                               on_crash="rerun")
+            job.wake()
+            assert stored_jobs.GATE_ENTERED.wait(10)
+            job.pause()
+            wait_until(lambda: store.get("gated").paused, 5)  # type: ignore[union-attr]
+            paused_lease = store.get("gated").lease_until  # type: ignore[union-attr]
+            assert paused_lease is not None
+            # Renewed after the pause (every lease / 3 = 0.2 s): still the run's lease.
+            wait_until(lambda: (store.get("gated").lease_until  # type: ignore[union-attr]
+                                or paused_lease) > paused_lease, 5)
+            stored_jobs.GATE_OPEN.set()
+            wait_until(lambda: store.get("gated").counters["runs"] == 1,  # type: ignore[union-attr]
+                       5)
+            status = svc.status()
+        record = store.get("gated")
+        assert record is not None and record.paused and record.last_result == "ok"
+        assert record.running_fire is None and record.owner is None
+        assert record.counters["lost"] == 0
+        assert lost == []
+        assert status.store is not None and status.store.lease_lost == 0
+        assert len(stored_jobs.SEEN) == 1
+    finally:
+        stored_jobs.GATE_OPEN.set()
+        store.close()

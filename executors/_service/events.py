@@ -202,7 +202,8 @@ class ClockChanged(ServiceEvent):
 class LeaseLost(ServiceEvent):
     """A run of a schedule kept in a store lost its lease: this process stalled (or the store
     was out of reach) past the lease, another claim moved the record on, and this run's
-    renewal or completion was refused (fenced by the record's version). The run's result is
+    renewal or completion was refused (the record no longer holds this run's claim: a pause
+    or any other change made during the run does not do that). The run's result is
     not recorded; under ``on_crash="rerun"`` another process may have run it again."""
 
     #: The schedule's name.

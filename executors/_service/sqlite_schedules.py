@@ -23,6 +23,7 @@ import json
 import os
 import sqlite3
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, final
@@ -64,7 +65,8 @@ CREATE TABLE IF NOT EXISTS executors_schedules (
     running_fire REAL,
     attempt      INTEGER NOT NULL DEFAULT 0,
     state        TEXT NOT NULL,
-    changed      INTEGER NOT NULL DEFAULT 0
+    changed      INTEGER NOT NULL DEFAULT 0,
+    claim_token  TEXT
 );
 CREATE INDEX IF NOT EXISTS executors_schedules_due
     ON executors_schedules (next_fire) WHERE paused = 0;
@@ -81,22 +83,25 @@ CREATE INDEX IF NOT EXISTS executors_schedules_changed ON executors_schedules (c
 # a datetime must compare equal to itself).
 _NOW = "round((julianday('now') - 2440587.5) * 86400.0, 6)"
 _COLUMNS = ("name, definition, digest, paused, next_fire, version, owner, lease_until, "
-            "running_fire, attempt, state")
+            "running_fire, attempt, state, claim_token")
 # A claim or a completion leaves the definition as it is: it writes the state columns only.
 _UPDATE_STATE = ("UPDATE executors_schedules SET paused = ?, next_fire = ?, version = ?, "
                  "owner = ?, lease_until = ?, running_fire = ?, attempt = ?, state = ?, "
-                 "changed = ? WHERE name = ? AND version = ?")
+                 "claim_token = ?, changed = ? WHERE name = ? AND version = ?")
 # `store.finish_record` in SQL (the counters live in the JSON state): the run is counted, a
-# failure too, the fire time and result become the last ones, the lease is let go.
+# failure too, the fire time and result become the last ones, the lease is let go. Fenced by
+# the claim's token (`store.holds`): a control operation since the claim does not refuse it.
 _COMPLETE = ("UPDATE executors_schedules SET version = version + 1, owner = NULL, "
-             "lease_until = NULL, running_fire = NULL, changed = {latest} + 1, state = json_set("
+             "lease_until = NULL, running_fire = NULL, claim_token = NULL, "
+             "changed = {latest} + 1, state = json_set("
              "state, '$.counters.runs', COALESCE(json_extract(state, '$.counters.runs'), 0) + 1, "
              "'$.counters.failures', "
              "COALESCE(json_extract(state, '$.counters.failures'), 0) + ?, "
              # SQLite writes a REAL into JSON with 15 digits: an instant needs 16 (to the µs).
              "'$.last_fire', CASE WHEN running_fire IS NULL THEN NULL "
              "ELSE json(printf('%.6f', running_fire)) END, "
-             "'$.last_result', ?) WHERE name = ? AND version = ?")
+             "'$.last_result', ?) WHERE name = ? AND claim_token = ? "
+             "AND running_fire IS NOT NULL")
 # The latest change stamp: the largest on a row (an index read) or the latest removal's.
 _LATEST = ("MAX((SELECT COALESCE(MAX(changed), 0) FROM executors_schedules), "
            "(SELECT CAST(value AS INTEGER) FROM executors_meta WHERE key = 'removed'))")
@@ -131,7 +136,7 @@ def _record_params(record: ScheduleRecord) -> tuple[object, ...]:
     f = record_fields(record)
     return (f["name"], json.dumps(f["definition"], sort_keys=True), f["digest"],
             int(record.paused), f["next_fire"], f["version"], f["owner"], f["lease_until"],
-            f["running_fire"], f["attempt"], _state_json(record))
+            f["running_fire"], f["attempt"], _state_json(record), f["claim_token"])
 
 
 def _state_params(record: ScheduleRecord, changed: int, expect_version: int,
@@ -139,7 +144,7 @@ def _state_params(record: ScheduleRecord, changed: int, expect_version: int,
     """The parameters of `_UPDATE_STATE` (a record whose definition is the stored one)."""
     return (int(record.paused), _opt_epoch(record.next_fire), record.version, record.owner,
             _opt_epoch(record.lease_until), _opt_epoch(record.running_fire), record.attempt,
-            state, changed, record.name, expect_version)
+            state, record.claim_token, changed, record.name, expect_version)
 
 
 def _opt_epoch(instant: dt.datetime | None) -> float | None:
@@ -188,6 +193,11 @@ class SQLiteScheduleStore:
             if "changed" not in columns:
                 conn.execute("ALTER TABLE executors_schedules "
                              "ADD COLUMN changed INTEGER NOT NULL DEFAULT 0")
+            # The claims' tokens, in a file made before them (a run in progress there has no
+            # token: this code never renews or completes it, and settles it once its lease
+            # expires).
+            if "claim_token" not in columns:
+                conn.execute("ALTER TABLE executors_schedules ADD COLUMN claim_token TEXT")
         conn.executescript(_CHANGED_INDEX)
         if row is not None and int(row[0]) > FORMAT_VERSION:
             self.close()  # nothing is left open behind the error
@@ -249,7 +259,7 @@ class SQLiteScheduleStore:
             fields = {"name": name, "definition": definition, "digest": row[2],
                       "paused": bool(row[3]), "next_fire": row[4], "version": row[5],
                       "owner": row[6], "lease_until": row[7], "running_fire": row[8],
-                      "attempt": row[9], **state}
+                      "attempt": row[9], "claim_token": row[11], **state}
         except (ValueError, TypeError) as exc:
             raise StoreFormatError(f"schedule {name!r}: unreadable record ({exc})") from None
         record = record_from_fields(fields)  # checks the other fields as every store does
@@ -275,12 +285,13 @@ class SQLiteScheduleStore:
         changed = self._bump(conn)
         if expect_version is None:
             conn.execute(f"INSERT INTO executors_schedules ({_COLUMNS}, changed) "
-                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (*params, changed))
+                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (*params, changed))
             return True
         cur = conn.execute(
             "UPDATE executors_schedules SET definition = ?, digest = ?, paused = ?, "
             "next_fire = ?, version = ?, owner = ?, lease_until = ?, running_fire = ?, "
-            "attempt = ?, state = ?, changed = ? WHERE name = ? AND version = ?",
+            "attempt = ?, state = ?, claim_token = ?, changed = ? "
+            "WHERE name = ? AND version = ?",
             (*params[1:], changed, record.name, expect_version))
         return cur.rowcount == 1
 
@@ -313,6 +324,7 @@ class SQLiteScheduleStore:
     def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
               on_crash: Callable[[ScheduleRecord], OnCrash]) -> list[Claim]:
         claims: list[Claim] = []
+        token = uuid.uuid4().hex  # the batch's: unique with each record's name
         with self._write() as conn:
             (seconds,) = conn.execute(f"SELECT {_NOW}").fetchone()
             now = from_epoch(float(seconds))
@@ -329,7 +341,7 @@ class SQLiteScheduleStore:
                     record = self._decode(row)
                 except StoreFormatError:
                     continue  # reported by corrupt(); the others still run
-                settled = settle_claim(record, owner, now, lease, planner, on_crash)
+                settled = settle_claim(record, owner, now, lease, planner, on_crash, token)
                 if settled is None:
                     continue
                 changed = changed or self._bump(conn)
@@ -350,15 +362,15 @@ class SQLiteScheduleStore:
         with self._write() as conn:
             cur = conn.execute(
                 f"UPDATE executors_schedules SET lease_until = {_NOW} + ?, changed = ? "
-                "WHERE name = ? AND version = ?",
-                (lease, self._bump(conn), claim.name, claim.version))
+                "WHERE name = ? AND claim_token = ? AND running_fire IS NOT NULL",
+                (lease, self._bump(conn), claim.name, claim.token))
             return cur.rowcount == 1
 
     def complete(self, claim: Claim, result: str) -> bool:
         # `finish_record` as one conditional statement, its own transaction: no read, no
         # decoding, one round of the write lock (the pool threads complete concurrently).
         cur = self._conn().execute(_COMPLETE, (int(result != "ok"), result, claim.name,
-                                               claim.version))
+                                               claim.token))
         return cur.rowcount == 1
 
     def complete_many(self, finished: list[tuple[Claim, str]]) -> list[bool]:
@@ -366,7 +378,7 @@ class SQLiteScheduleStore:
         batch of ended runs); each answer as `complete`'s."""
         with self._write() as conn:
             return [conn.execute(_COMPLETE, (int(result != "ok"), result, claim.name,
-                                             claim.version)).rowcount == 1
+                                             claim.token)).rowcount == 1
                     for claim, result in finished]
 
     def _change(self, name: str, **changes: object) -> bool:

@@ -14,8 +14,14 @@ against each, ``tests/test_schedule_stores.py``):
 - **Time is the store's.** "Due" and "lease expired" are decided with the store's clock
   (SQLite's own ``julianday('now')``, PostgreSQL's ``now()``, the MongoDB server's time), never
   with a caller's: process clocks may be skewed by minutes without a double run.
-- **Completion is fenced.** `complete` and `renew` match the version the claim produced; a
-  stale owner (its lease expired and the record moved on) is refused and told so.
+- **Completion is fenced by the claim itself.** A claim stores a token of its own in the
+  record (`ScheduleRecord.claim_token`); `complete` and `renew` match that token, not the
+  record's version. A control operation made while the run is in flight (pause, resume, run
+  now, a changed declaration) moves the version but leaves the run's owner, lease and token
+  alone, so the run still renews and completes, and its completion writes only the run's
+  fields (the pause, next fire time and definition the control operation wrote stay). A
+  stale owner (its lease expired and the run was handed out again or settled as lost: either
+  replaces or clears the token) is refused and told so.
 - **A crashed run is settled once.** A record whose lease expired with a run in progress is
   settled by the next `claim` that sees it: ``on_crash="drop"`` counts the run as lost,
   ``"rerun"`` hands the same fire time out again with ``attempt + 1``.
@@ -35,8 +41,9 @@ import hashlib
 import importlib
 import json
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Literal, Protocol, final
+from typing import Literal, Protocol, TypeGuard, final
 
 from executors._urls import redact
 
@@ -62,6 +69,7 @@ __all__ = (
     "redeclared",
     "settle_claim",
     "finish_record",
+    "holds",
     "open_store",
     "sqlite_path",
 )
@@ -171,7 +179,8 @@ class ScheduleRecord:
     paused: bool
     #: The next fire time (aware UTC), or None when the trigger is exhausted.
     next_fire: dt.datetime | None
-    #: Bumped by every claim and every change: the fence of completions and renewals.
+    #: Bumped by every claim and every change: the fence of claims (never of a run's renewal
+    #: or completion, which `claim_token` fences).
     version: int
     #: Who holds the run in progress (None when no run is in progress).
     owner: str | None
@@ -187,6 +196,9 @@ class ScheduleRecord:
     last_fire: dt.datetime | None
     #: ``"ok"``, ``"error: Type: message"``, ``"lost"``, or None before the first run.
     last_result: str | None
+    #: The token of the claim whose run is in progress (None when none is): what that
+    #: claim's renewal and completion match.
+    claim_token: str | None = None
 
     @property
     def name(self) -> str:
@@ -204,12 +216,14 @@ class Claim:
     fire_time: dt.datetime
     #: 1 for a first run, 2 and up for a rerun after a crashed owner (``on_crash="rerun"``).
     attempt: int
-    #: The record's version after the claim: completion and renewal are fenced by it.
+    #: The record's version after the claim (with the name, it tells one claim from another).
     version: int
     #: The lease's end on the store's clock.
     lease_until: dt.datetime
     #: The definition the run executes.
     definition: ScheduleDefinition
+    #: The token stored in the record by this claim: renewal and completion match it.
+    token: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,10 +279,12 @@ class ScheduleStore(Protocol):
         read: a claimer sleeps ``earliest - now`` on its monotonic clock."""
 
     def renew(self, claim: Claim, lease: float) -> bool:
-        """Extend `claim`'s lease; False if the record moved on (the lease was lost)."""
+        """Extend `claim`'s lease; False if the record no longer holds `claim` (its token):
+        the lease was lost. A control operation since the claim does not refuse it."""
 
     def complete(self, claim: Claim, result: str) -> bool:
-        """Record the end of `claim`'s run; False (nothing written) if the lease was lost."""
+        """Record the end of `claim`'s run (its run fields, counters and last run only);
+        False (nothing written) if the record no longer holds `claim`: the lease was lost."""
 
     def set_paused(self, name: str, paused: bool) -> bool:
         """Pause or resume `name`; False if there is no such schedule."""
@@ -305,7 +321,7 @@ def record_fields(record: ScheduleRecord) -> dict[str, object]:
         "owner": record.owner, "lease_until": _opt_epoch(record.lease_until),
         "running_fire": _opt_epoch(record.running_fire), "attempt": record.attempt,
         "counters": dict(record.counters), "last_fire": _opt_epoch(record.last_fire),
-        "last_result": record.last_result,
+        "last_result": record.last_result, "claim_token": record.claim_token,
     }
 
 
@@ -334,7 +350,9 @@ def record_from_fields(fields: Mapping[str, object]) -> ScheduleRecord:
             _int(fields["version"]), _opt_str(fields["owner"]),
             _opt_instant(fields["lease_until"]), _opt_instant(fields["running_fire"]),
             _int(fields["attempt"]), {str(k): _int(v) for k, v in counters.items()},
-            _opt_instant(fields["last_fire"]), _opt_str(fields["last_result"]))
+            _opt_instant(fields["last_fire"]), _opt_str(fields["last_result"]),
+            # Absent from records written before claims had tokens.
+            _opt_str(fields.get("claim_token")))
     except KeyError as exc:
         raise StoreFormatError(f"schedule {name!r}: field {exc} is missing") from None
     except (TypeError, ValueError, OverflowError) as exc:
@@ -446,13 +464,16 @@ def redeclared(old: ScheduleRecord, definition: ScheduleDefinition,
 
 def settle_claim(record: ScheduleRecord, owner: str, now: dt.datetime, lease: float,
                  planner: Planner, on_crash: Callable[[ScheduleRecord], OnCrash],
-                 ) -> tuple[ScheduleRecord, Claim | None] | None:
+                 token: str | None = None) -> tuple[ScheduleRecord, Claim | None] | None:
     """The pure heart of a claim, shared by the stores that claim client-side.
 
     Returns None when `record` is not claimable at `now` (paused, not due, or a live lease);
     else the record to write (conditionally, on the old version) and the claim it makes (None
     when the plan runs nothing: the record still moves forward and counts its misses).
+    `token` is the claim's token (unique with the record's name: a batch may share one);
+    None makes a new one.
     """
+    token = token or uuid.uuid4().hex
     counters = dict(record.counters)
     lease_until = now + dt.timedelta(seconds=lease)
     settled = False
@@ -464,13 +485,14 @@ def settle_claim(record: ScheduleRecord, owner: str, now: dt.datetime, lease: fl
             attempt = record.attempt + 1
             version = record.version + 1
             updated = dataclasses.replace(record, version=version, owner=owner,
-                                          lease_until=lease_until, attempt=attempt)
+                                          lease_until=lease_until, attempt=attempt,
+                                          claim_token=token)
             return updated, Claim(record.name, record.running_fire, attempt, version,
-                                  lease_until, record.definition)
+                                  lease_until, record.definition, token)
         counters["lost"] += 1
         record = dataclasses.replace(record, running_fire=None, owner=None, lease_until=None,
                                      counters=counters, last_fire=record.running_fire,
-                                     last_result="lost")
+                                     last_result="lost", claim_token=None)
         counters = dict(counters)
         settled = True
     if record.paused or record.next_fire is None or record.next_fire > now:
@@ -485,19 +507,23 @@ def settle_claim(record: ScheduleRecord, owner: str, now: dt.datetime, lease: fl
                                    counters=counters), None
     updated = dataclasses.replace(record, next_fire=plan.next_fire, version=version,
                                   owner=owner, lease_until=lease_until,
-                                  running_fire=plan.run, attempt=1, counters=counters)
-    return updated, Claim(record.name, plan.run, 1, version, lease_until, record.definition)
+                                  running_fire=plan.run, attempt=1, counters=counters,
+                                  claim_token=token)
+    return updated, Claim(record.name, plan.run, 1, version, lease_until, record.definition,
+                          token)
 
 
 def finish_record(record: ScheduleRecord, result: str) -> ScheduleRecord:
-    """The record after its run ended with `result` (``"ok"`` or ``"error: ..."``)."""
+    """The record after its run ended with `result` (``"ok"`` or ``"error: ..."``): only the
+    run's fields, the counters and the last run change (and the version moves)."""
     counters = dict(record.counters)
     counters["runs"] += 1
     if result != "ok":
         counters["failures"] += 1
     return dataclasses.replace(record, version=record.version + 1, owner=None,
                                lease_until=None, running_fire=None, counters=counters,
-                               last_fire=record.running_fire, last_result=result)
+                               last_fire=record.running_fire, last_result=result,
+                               claim_token=None)
 
 
 @final
@@ -536,6 +562,7 @@ class MemoryStore:
     def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
               on_crash: Callable[[ScheduleRecord], OnCrash]) -> list[Claim]:
         claims: list[Claim] = []
+        token = uuid.uuid4().hex  # the batch's: unique with each record's name
         with self._lock:
             now = self.now()
             due = sorted((r for r in self._records.values() if _maybe_due(r, now)),
@@ -543,7 +570,7 @@ class MemoryStore:
             for record in due:
                 if len(claims) >= limit:
                     break
-                settled = settle_claim(record, owner, now, lease, planner, on_crash)
+                settled = settle_claim(record, owner, now, lease, planner, on_crash, token)
                 if settled is None:
                     continue
                 self._records[record.name] = settled[0]
@@ -559,7 +586,7 @@ class MemoryStore:
     def renew(self, claim: Claim, lease: float) -> bool:
         with self._lock:
             record = self._records.get(claim.name)
-            if record is None or record.version != claim.version:
+            if not holds(record, claim):
                 return False
             until = self.now() + dt.timedelta(seconds=lease)
             self._records[claim.name] = dataclasses.replace(record, lease_until=until)
@@ -568,7 +595,7 @@ class MemoryStore:
     def complete(self, claim: Claim, result: str) -> bool:
         with self._lock:
             record = self._records.get(claim.name)
-            if record is None or record.version != claim.version:
+            if not holds(record, claim):
                 return False
             self._records[claim.name] = finish_record(record, result)
             return True
@@ -605,6 +632,12 @@ class MemoryStore:
 
     def close(self) -> None:
         pass
+
+
+def holds(record: ScheduleRecord | None, claim: Claim) -> TypeGuard[ScheduleRecord]:
+    """Whether `record` still holds `claim`'s run (the fence of its renewal and completion)."""
+    return record is not None and record.claim_token == claim.token \
+        and record.running_fire is not None
 
 
 def earliest_due(records: Iterable[ScheduleRecord]) -> dt.datetime | None:

@@ -18,7 +18,7 @@ A `BackgroundService` given a store (``BackgroundService(store="sqlite:///jobs.d
   claims). Resuming skips the fire times that passed while paused (`resume_record`). Each
   claim runs on the pool with `executors.current_run()` = ``(name, fire_time, attempt)``.
 - **Renew and complete.** While a run lasts its lease is renewed every `RENEW_EVERY` (10 s).
-  The completion is fenced by the claim's version: a refused renewal or completion is a lost
+  Both are fenced by the claim's token (not moved by a pause): a refused one is a lost
   lease (`LeaseLost`, counted in `StoreStatus.lease_lost`). A completion the store could not
   take (unreachable) is retried by the loop.
 - **Status.** The loop keeps a copy of the store's records for `status()`: read at start, then

@@ -4,7 +4,10 @@ Time is the server's: every claim first reads the server's ``localTime`` (the ``
 command), and "due" and "lease expired" are decided with it. A batch of claims is one
 ``bulk_write`` of updates, each conditional on its record's version and stamped with this
 batch's token; one ``find`` of that token then says which of them this process won. A process
-that lost a race to another simply finds its update matched nothing.
+that lost a race to another simply finds its update matched nothing. The token stays in the
+record while the run lasts (``claim_token``): it, not the version, fences the run's renewal
+and completion. A control operation sets only the fields it changes (and the version), so it
+never writes back a lease that a renewal moved meanwhile.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from executors._service.store import (
     StoreFormatError,
     finish_record,
     from_epoch,
+    holds,
     new_record,
     record_fields,
     record_from_fields,
@@ -53,6 +57,10 @@ _COLLECTION = "executors_schedules"
 _WIDEST = 8
 # The fields a claim never changes (settle_claim keeps them): left out of its update.
 _NOT_CLAIMED = ("_id", "definition", "digest", "paused")
+# The fields of a run in progress: a changed declaration keeps them as they are stored.
+_RUN = ("owner", "lease_until", "running_fire", "attempt", "claim_token")
+# What a run's end writes (`finish_record`).
+_FINISHED = ("version", *_RUN, "counters", "last_fire", "last_result")
 _META = "executors_meta"
 
 
@@ -62,7 +70,11 @@ def _to_doc(record: ScheduleRecord) -> dict[str, Any]:
 
 
 def _from_doc(doc: Mapping[str, Any]) -> ScheduleRecord:
-    fields = {k: v for k, v in doc.items() if k not in ("_id", "claim_token")}
+    fields = {k: v for k, v in doc.items() if k != "_id"}
+    # Before tokens fenced runs, every claimed record kept its batch's token: only a run in
+    # progress holds one.
+    if fields.get("running_fire") is None:
+        fields["claim_token"] = None
     return record_from_fields({"name": doc.get("_id"), **fields})
 
 
@@ -133,15 +145,20 @@ class MongoScheduleStore:
                     continue  # another process declared it first: read theirs
                 return Declared(record, "added")
             record = redeclared(old, definition, record.next_fire)
-            if self._replace(record, old.version):
+            # The run in progress is left as stored (a renewal may have moved its lease).
+            if self._replace(record, old.version, skip=_RUN):
                 return Declared(record, "changed")
 
-    def _replace(self, record: ScheduleRecord, version: int,
-                 extra: Mapping[str, object] | None = None) -> bool:
+    def _replace(self, record: ScheduleRecord, version: int, *, skip: tuple[str, ...] = (),
+                 only: tuple[str, ...] | None = None) -> bool:
+        """Write `record`'s fields (`only` those, or all but `skip`) if its stored version is
+        still `version`."""
         doc = _to_doc(record)
         doc.pop("_id")
+        fields = {k: v for k, v in doc.items()
+                  if k not in skip and (only is None or k in only)}
         result = self._records.update_one({"_id": record.name, "version": version},
-                                          {"$set": {**doc, **(extra or {})}})
+                                          {"$set": fields})
         return result.matched_count == 1
 
     def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
@@ -165,14 +182,14 @@ class MongoScheduleStore:
                 record = _from_doc(doc)
             except StoreFormatError:
                 continue  # reported by corrupt(); the others still run
-            settled = settle_claim(record, owner, now, lease, planner, on_crash)
+            settled = settle_claim(record, owner, now, lease, planner, on_crash, token)
             if settled is None:
                 continue
             new_doc = _to_doc(settled[0])
             for unchanged in _NOT_CLAIMED:  # a smaller update (and oplog entry) per record
                 new_doc.pop(unchanged)
             updates.append(UpdateOne({"_id": record.name, "version": record.version},
-                                     {"$set": {**new_doc, "claim_token": token}}))
+                                     {"$set": new_doc}))
             if settled[1] is not None:
                 pending[record.name] = settled[1]
         if not updates:
@@ -204,15 +221,23 @@ class MongoScheduleStore:
 
     def renew(self, claim: Claim, lease: float) -> bool:
         until = to_epoch(self.now()) + lease
-        result = self._records.update_one({"_id": claim.name, "version": claim.version},
-                                          {"$set": {"lease_until": until}})
+        # Fenced by the claim's token (`holds`), not the version a control operation moves.
+        result = self._records.update_one(
+            {"_id": claim.name, "claim_token": claim.token, "running_fire": {"$ne": None}},
+            {"$set": {"lease_until": until}})
         return result.matched_count == 1
 
     def complete(self, claim: Claim, result: str) -> bool:
-        doc = self._records.find_one({"_id": claim.name, "version": claim.version})
-        if doc is None:
-            return False
-        return self._replace(finish_record(_from_doc(doc), result), claim.version)
+        while True:
+            doc = self._records.find_one({"_id": claim.name, "claim_token": claim.token})
+            record = None if doc is None else _from_doc(doc)
+            if not holds(record, claim):
+                return False
+            # Only what the run's end changes: a control operation's pause, next fire time
+            # or definition, written meanwhile, stays (its version bump makes this retry).
+            finished = finish_record(record, result)
+            if self._replace(finished, record.version, only=_FINISHED):
+                return True
 
     def _change(self, name: str, **changes: object) -> bool:
         while True:
@@ -222,7 +247,8 @@ class MongoScheduleStore:
             record = _from_doc(doc)
             updated = dataclasses.replace(record, version=record.version + 1,
                                           **changes)  # type: ignore[arg-type]
-            if self._replace(updated, record.version):
+            # Only the changed fields: a run in progress keeps its lease and token.
+            if self._replace(updated, record.version, only=("version", *changes)):
                 return True
 
     def set_paused(self, name: str, paused: bool) -> bool:

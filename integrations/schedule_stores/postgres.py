@@ -27,6 +27,7 @@ import os
 import select
 import socket
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, final
@@ -44,6 +45,7 @@ from executors._service.store import (
     StoreFormatError,
     finish_record,
     from_epoch,
+    holds,
     new_record,
     record_fields,
     record_from_fields,
@@ -78,8 +80,12 @@ CREATE TABLE IF NOT EXISTS executors_schedules (
     lease_until  DOUBLE PRECISION,
     running_fire DOUBLE PRECISION,
     attempt      INTEGER NOT NULL DEFAULT 0,
-    state        JSONB NOT NULL
+    state        JSONB NOT NULL,
+    claim_token  TEXT
 );
+-- The claims' tokens, in a table made before them (a run in progress there is settled by its
+-- lease, as a crashed one).
+ALTER TABLE executors_schedules ADD COLUMN IF NOT EXISTS claim_token TEXT;
 -- What a claim and next_due read, each an ordered range of a partial index (never a scan
 -- of the table): the idle due records by next fire time, the runs in progress by lease end.
 CREATE INDEX IF NOT EXISTS executors_schedules_idle
@@ -90,38 +96,42 @@ CREATE INDEX IF NOT EXISTS executors_schedules_leases
 -- records with a run in progress.
 DROP INDEX IF EXISTS executors_schedules_due;
 """
-# The schema is complete when its last index exists: then a process starting up runs no DDL
-# (CREATE INDEX IF NOT EXISTS locks the table, waiting for the claims in flight).
-_SCHEMA_DONE = "SELECT to_regclass('executors_schedules_leases') IS NOT NULL"
+# The schema is complete when its last index and its last column exist: then a process
+# starting up runs no DDL (CREATE INDEX IF NOT EXISTS and ALTER TABLE lock the table, waiting
+# for the claims in flight).
+_SCHEMA_DONE = ("SELECT to_regclass('executors_schedules_leases') IS NOT NULL AND EXISTS ("
+                "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('executors_schedules') "
+                "AND attname = 'claim_token' AND NOT attisdropped)")
 # The notification channel of this table: its oid (stable while the table exists).
 _CHANNEL = "SELECT 'executors_schedules'::regclass::oid"
 # The server's clock, in epoch seconds rounded to the microsecond (as instants are here).
 _NOW = "round(extract(epoch from now())::numeric, 6)::double precision"
 _COLUMNS = ("name, definition, digest, paused, next_fire, version, owner, lease_until, "
-            "running_fire, attempt, state")
+            "running_fire, attempt, state, claim_token")
 # Conditional writes of many rows in one statement: each row is written if its version is
 # still the one read. The rows travel as one array per column (``unnest``), so the statement's
 # text is the same whatever the batch's size (prepared once; a ``VALUES`` list of N rows would
-# be a new statement of 12 N parameters for every batch, parsed again by driver and server).
+# be a new statement of 13 N parameters for every batch, parsed again by driver and server).
 _WRITE = (
     "UPDATE executors_schedules AS s SET definition = v.definition::jsonb, "
     "digest = v.digest, paused = v.paused, next_fire = v.next_fire, version = v.version, "
     "owner = v.owner, lease_until = v.lease_until, running_fire = v.running_fire, "
-    "attempt = v.attempt, state = v.state::jsonb "
+    "attempt = v.attempt, state = v.state::jsonb, claim_token = v.claim_token "
     "FROM unnest(%b::text[], %b::text[], %b::text[], %b::bool[], %b::float8[], %b::int8[], "
-    "%b::text[], %b::float8[], %b::float8[], %b::int4[], %b::text[], %b::int8[]) AS "
+    "%b::text[], %b::float8[], %b::float8[], %b::int4[], %b::text[], %b::text[], "
+    "%b::int8[]) AS "
     "v(name, definition, digest, paused, next_fire, version, owner, lease_until, "
-    "running_fire, attempt, state, old_version) "
+    "running_fire, attempt, state, claim_token, old_version) "
     "WHERE s.name = v.name AND s.version = v.old_version RETURNING s.name")
 # A claim's write: what a claim changes (never the definition, its digest or the pause).
 _CLAIM_WRITE = (
     "UPDATE executors_schedules AS s SET next_fire = v.next_fire, version = v.version, "
     "owner = v.owner, lease_until = v.lease_until, running_fire = v.running_fire, "
-    "attempt = v.attempt, state = v.state::jsonb "
+    "attempt = v.attempt, state = v.state::jsonb, claim_token = v.claim_token "
     "FROM unnest(%b::text[], %b::float8[], %b::int8[], %b::text[], %b::float8[], "
-    "%b::float8[], %b::int4[], %b::text[], %b::int8[]) AS "
+    "%b::float8[], %b::int4[], %b::text[], %b::text[], %b::int8[]) AS "
     "v(name, next_fire, version, owner, lease_until, running_fire, attempt, state, "
-    "old_version) "
+    "claim_token, old_version) "
     "WHERE s.name = v.name AND s.version = v.old_version RETURNING s.name")
 
 
@@ -145,7 +155,7 @@ def _decode(row: tuple[Any, ...]) -> ScheduleRecord:
     return record_from_fields({
         "name": row[0], "definition": row[1], "digest": row[2], "paused": row[3],
         "next_fire": row[4], "version": row[5], "owner": row[6], "lease_until": row[7],
-        "running_fire": row[8], "attempt": row[9], **state})
+        "running_fire": row[8], "attempt": row[9], "claim_token": row[11], **state})
 
 
 def _state(f: dict[str, Any]) -> str:
@@ -157,14 +167,14 @@ def _encode(record: ScheduleRecord) -> tuple[object, ...]:
     f = record_fields(record)
     return (f["name"], json.dumps(f["definition"]), f["digest"], record.paused, f["next_fire"],
             f["version"], f["owner"], f["lease_until"], f["running_fire"], f["attempt"],
-            _state(f))
+            _state(f), f["claim_token"])
 
 
 def _encode_claimed(record: ScheduleRecord) -> tuple[object, ...]:
     """What a claim changes in a record, in ``_CLAIM_WRITE``'s order."""
     f = record_fields(record)
     return (f["name"], f["next_fire"], f["version"], f["owner"], f["lease_until"],
-            f["running_fire"], f["attempt"], _state(f))
+            f["running_fire"], f["attempt"], _state(f), f["claim_token"])
 
 
 @final
@@ -285,7 +295,8 @@ class PostgresScheduleStore:
             self._notify(cur, definition.name)
             if old is None:
                 cur.execute(f"INSERT INTO executors_schedules ({_COLUMNS}) VALUES "
-                            "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", _encode(record))
+                            "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                            _encode(record))
                 return Declared(record, "added")
             record = redeclared(old, definition, record.next_fire)
             self._write(cur, [(record, old.version)])
@@ -293,6 +304,7 @@ class PostgresScheduleStore:
 
     def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
               on_crash: Callable[[ScheduleRecord], OnCrash]) -> list[Claim]:
+        token = uuid.uuid4().hex  # the batch's: unique with each record's name
         with self._tx() as cur:
             cur.execute(_CLAIMABLE, (limit, limit, limit))
             rows = cur.fetchall()
@@ -300,11 +312,11 @@ class PostgresScheduleStore:
             pending: dict[str, Claim] = {}
             for row in rows:
                 try:
-                    record = _decode(row[:11])
+                    record = _decode(row[:12])
                 except StoreFormatError:
                     continue  # reported by corrupt(); the others still run
-                settled = settle_claim(record, owner, from_epoch(float(row[11])), lease,
-                                       planner, on_crash)
+                settled = settle_claim(record, owner, from_epoch(float(row[12])), lease,
+                                       planner, on_crash, token)
                 if settled is None:
                     continue
                 writes.append((settled[0], record.version))
@@ -326,14 +338,16 @@ class PostgresScheduleStore:
 
     def renew(self, claim: Claim, lease: float) -> bool:
         with self._tx() as cur:
+            # Fenced by the claim's token (`holds`), not the version a control op moves.
             cur.execute(f"UPDATE executors_schedules SET lease_until = {_NOW} + %s "
-                        "WHERE name = %s AND version = %s", (lease, claim.name, claim.version))
+                        "WHERE name = %s AND claim_token = %s AND running_fire IS NOT NULL",
+                        (lease, claim.name, claim.token))
             return cur.rowcount == 1
 
     def complete(self, claim: Claim, result: str) -> bool:
         with self._tx() as cur:
             record = self._read(cur, claim.name, lock=True)
-            if record is None or record.version != claim.version:
+            if not holds(record, claim):
                 return False
             return bool(self._write(cur, [(finish_record(record, result), record.version)]))
 

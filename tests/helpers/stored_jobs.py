@@ -16,10 +16,13 @@ import time
 
 import executors
 
-__all__ = ("append", "hold", "record", "seen", "main")
+__all__ = ("append", "hold", "record", "seen", "gated", "GATE_ENTERED", "GATE_OPEN", "main")
 
 #: In-process runs of `seen` (for tests that run the service in the test process).
 SEEN: list[tuple[str, str, int]] = []
+#: Set by `gated` when a run has begun; the run then waits for `GATE_OPEN`.
+GATE_ENTERED = threading.Event()
+GATE_OPEN = threading.Event()
 
 
 def append(path: str, **fields: object) -> None:
@@ -58,6 +61,14 @@ def seen(tag: str) -> None:
     run = executors.current_run()
     assert run is not None
     SEEN.append((tag, run.fire_time.isoformat(), run.attempt))
+
+
+def gated(tag: str) -> None:
+    """Remember the run (`SEEN`), say it began (`GATE_ENTERED`), and last until `GATE_OPEN`
+    is set (at most 30 s): a run a test holds in flight while it changes the schedule."""
+    seen(tag)
+    GATE_ENTERED.set()
+    GATE_OPEN.wait(30)
 
 
 def main(argv: list[str]) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from helpers.store_urls import empty_store_url
 
@@ -29,6 +30,7 @@ from executors._service.store import (
     open_store,
 )
 from executors.testing import wait_until
+from integrations.schedule_stores import postgres as pg
 from integrations.schedule_stores.mongo import MongoScheduleStore
 from integrations.schedule_stores.postgres import PostgresScheduleStore
 
@@ -340,3 +342,121 @@ def test_next_due_is_the_earliest_claimable_instant_on_the_stores_clock(
     declare_due(store, "running")
     (c,) = claim(store, lease=600)
     assert store.next_due()[1] == c.lease_until
+
+
+def _pause(store: ScheduleStore) -> None:
+    assert store.set_paused("job", True)
+
+
+def _run_later(store: ScheduleStore) -> None:
+    assert store.set_next_fire("job", store.now() + dt.timedelta(hours=5))
+
+
+def _redeclare(store: ScheduleStore) -> None:
+    outcome = store.declare(definition(period=7.0),
+                            lambda now: now + dt.timedelta(hours=6)).outcome
+    assert outcome == "changed"
+
+
+@pytest.mark.parametrize("control", [_pause, _run_later, _redeclare],
+                         ids=["pause", "set_next_fire", "redeclare"])
+def test_a_control_operation_during_a_run_keeps_its_lease_and_its_end_is_recorded(
+        store: ScheduleStore, control: Callable[[ScheduleStore], None]) -> None:
+    """A pause, a run-now/reschedule or a changed declaration made while a run is in flight
+    does not fence that run out: its renewal and completion succeed, the run is counted, and
+    the completion keeps what the control operation wrote (pause, next fire, definition)."""
+    declare_due(store)
+    (c,) = claim(store)
+    control(store)
+    changed = store.get("job")
+    assert changed is not None and changed.running_fire == c.fire_time
+    assert changed.owner == "p1" and changed.lease_until is not None
+    assert store.renew(c, 60)
+    assert store.complete(c, "ok")
+    record = store.get("job")
+    assert record is not None and record.owner is None and record.running_fire is None
+    assert record.lease_until is None
+    assert record.counters["runs"] == 1 and record.counters["lost"] == 0
+    assert record.last_fire == c.fire_time and record.last_result == "ok"
+    assert (record.paused, record.next_fire, record.definition) == (
+        changed.paused, changed.next_fire, changed.definition)
+    assert not store.complete(c, "ok")  # once only
+    assert not store.renew(c, 60)
+
+
+def test_a_rerun_claims_old_owner_is_refused_and_the_new_one_survives_a_pause(
+        store: ScheduleStore) -> None:
+    """A stalled owner whose run was handed out again (rerun) is refused its renewal and
+    completion, even after a control operation; the new owner's completion is written."""
+    declare_due(store)
+    (stale,) = claim(store, "stale", lease=0.05)
+    wait_until(lambda: store.now() > stale.lease_until, 5)
+    (again,) = claim(store, "p2", on_crash=rerun)
+    assert store.set_paused("job", True)
+    assert not store.renew(stale, 30) and not store.complete(stale, "ok")
+    assert store.renew(again, 30)
+    assert store.complete(again, "error: E: x")
+    record = store.get("job")
+    assert record is not None and record.paused and record.running_fire is None
+    assert record.counters["runs"] == 1 and record.counters["failures"] == 1
+    assert record.last_result == "error: E: x" and record.attempt == 2
+    assert not store.complete(stale, "ok")
+
+
+def test_a_dropped_runs_old_owner_is_refused_after_a_control_operation(
+        store: ScheduleStore) -> None:
+    """A stalled owner whose run was settled as lost (drop) stays refused when the record is
+    changed afterwards (the record's run fields are not the stale owner's any more)."""
+    declare_due(store)
+    (stale,) = claim(store, "stale", lease=0.05)
+    wait_until(lambda: store.now() > stale.lease_until, 5)
+    assert claim(store, "p2") == []
+    assert store.set_next_fire("job", store.now() - dt.timedelta(seconds=1))
+    (fresh,) = claim(store, "p3")
+    assert store.set_paused("job", True)
+    assert not store.renew(stale, 30) and not store.complete(stale, "ok")
+    assert store.complete(fresh, "ok")
+    record = store.get("job")
+    assert record is not None and record.counters["lost"] == 1
+    assert record.counters["runs"] == 1 and record.paused
+
+
+def _drop_claim_tokens(kind: str, url: str) -> None:
+    """Make the table as the format before claim tokens had it (no ``claim_token`` column)."""
+    if kind == "sqlite":
+        with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn, conn:
+            conn.execute("ALTER TABLE executors_schedules DROP COLUMN claim_token")
+        return
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE executors_schedules DROP COLUMN claim_token")
+    assert not _schema_done(url)  # so the next process to start completes the schema
+
+
+def _schema_done(url: str) -> bool:
+    """Whether a PostgreSQL store opening `url` would find its schema complete (no DDL)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(pg._SCHEMA_DONE).fetchone()
+    return bool(row and row[0])
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_table_made_before_claim_tokens_gains_them_and_fences_runs_by_them(
+        kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """Opening a table that lacks the ``claim_token`` column adds it and keeps the records;
+    a run claimed afterwards renews and completes across a pause."""
+    url = empty_store_url(kind, request, tmp_path)
+    old = open_store(url)
+    old.declare(definition("kept"), lambda now: now - dt.timedelta(seconds=1))
+    old.close()
+    _drop_claim_tokens(kind, url)
+    upgraded = open_store(url)
+    try:
+        assert [r.name for r in upgraded.records()] == ["kept"]
+        assert kind != "postgresql" or _schema_done(url)
+        (c,) = claim(upgraded)
+        assert upgraded.set_paused("kept", True)
+        assert upgraded.renew(c, 30) and upgraded.complete(c, "ok")
+        record = upgraded.get("kept")
+        assert record is not None and record.paused and record.counters["runs"] == 1
+    finally:
+        upgraded.close()
