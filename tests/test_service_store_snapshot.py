@@ -92,8 +92,9 @@ def test_a_copy_read_before_a_claim_and_a_pause_does_not_undo_them(
     """A read that began before the loop claimed a schedule (moving its next fire time) and
     paused it does not put the older next fire time and the unpaused state back on the job
     when it ends."""
-    with BackgroundService(store=store) as svc:
-        job = svc.schedule(Interval(0.2), stored_jobs.seen, "fast", name="fast")
+    svc = BackgroundService(store=store)
+    job = svc.schedule(Interval(0.2), stored_jobs.seen, "fast", name="fast")
+    with svc:  # declared at start: the first read has it
         assert store.blocked.wait(10)
         wait_until(lambda: len(stored_jobs.SEEN) >= 3, 10)
         job.pause()
