@@ -23,7 +23,10 @@ A `BackgroundService` given a store (``BackgroundService(store="sqlite:///jobs.d
   take (unreachable) is retried by the loop.
 - **Status.** The loop keeps a copy of the store's records for `status()`: read at start, then
   brought up to date while `status()` is being asked for, at most every `SNAPSHOT_EVERY` (and
-  at most 5 % of the loop's time); a service nobody asks reads nothing for it. A store that
+  at most 5 % of the time); a service nobody asks reads nothing for it. The copy is read on a
+  thread of its own (the **snapshot thread**, started at the first read): reading 100,000
+  records takes seconds, and claims and renewals never wait for it. A claim's next fire time
+  is not overwritten by a copy read before the claim. A store that
   can say what changed since a mark (the SQLite store's `changed_since`) is read for the
   changes only, and whole every `WHOLE_EVERY`; any other store is read whole each time. The
   next fire time a claim gives its schedule is shown on the job at once.
@@ -121,6 +124,9 @@ UNWATCHED_AFTER = 5.0
 #: How often a store that reports its changes is read whole all the same (seconds): it finds
 #: what was written without the change mark (an older version of this library, a hand edit).
 WHOLE_EVERY = 300.0
+#: How long shutdown waits for a snapshot thread still reading (seconds); past it the thread
+#: finishes its read alone, and closes the store if the service opened it.
+_SNAPSHOT_JOIN = 1.0
 #: The most triggers the loop keeps decoded (one per stored schedule is what it needs).
 _TRIGGERS_KEPT = 100_000
 
@@ -212,8 +218,21 @@ class StoreLoop:
         self.store_errors = 0
         self.snapshot: tuple[StoredSchedule, ...] | None = ()  # None: made by status()
         self.corrupt: tuple[tuple[str, str], ...] = ()
+        # When the next refresh may start (monotonic; +inf while one is being read), and the
+        # earliest one the 5 % bound allows. Written under `lock` (see `_refresh_soon`).
         self.snapshot_at = -math.inf
-        self.snapshot_floor = -math.inf  # the earliest refresh the 5 % bound allows
+        self.snapshot_floor = -math.inf
+        # The snapshot thread: `reader` waits on `read_now` for the loop's request.
+        self.reader: threading.Thread | None = None
+        self.read_now = threading.Event()
+        self.reader_stop = False
+        self.reading = False  # a read was asked and has not ended (under `lock`)
+        self.reader_done = False  # the snapshot thread has ended (under `lock`)
+        self.reader_releases = False  # it closes the store when its read ends (under `lock`)
+        # Per owned job, the `touches` count at the loop's latest refresh of it (a claim's next
+        # fire time): a copy read before then does not overwrite it.
+        self.touches = 0
+        self.touched: dict[str, int] = {}
         self.unwatch: Callable[[], None] | None = None
         self.wanted = True  # status() was asked since the last refresh (or none was made)
         # The copy behind `snapshot`: name -> (the record it was made from, declared here,
@@ -244,6 +263,12 @@ class StoreLoop:
         self.wake_at = math.inf
         self.closing = False
         self.unwatch = None  # the parent's listener (its close is a no-op here)
+        # The parent's snapshot thread is not here (a read it was making is lost: read again).
+        self.reader = None
+        self.read_now = threading.Event()
+        self.reader_stop = self.reading = self.reader_done = self.reader_releases = False
+        self.snapshot_at = -math.inf
+        self.wanted = True
 
     # -- from any thread ----------------------------------------------------------------------
 
@@ -259,8 +284,16 @@ class StoreLoop:
 
     def changed(self) -> None:
         """A change made elsewhere was reported (by the store's ``watch``): look now."""
-        self.snapshot_at = self.snapshot_floor
+        self._refresh_soon(bounded=True)
         self.messages.put(_NUDGE)
+
+    def _refresh_soon(self, *, bounded: bool = False) -> None:
+        """Refresh the copy at the loop's next pass (`bounded`: once the 5 % bound allows).
+
+        Asked while a read is in progress, it is kept for after that read (which may have
+        read the store before the change)."""
+        with self.lock:
+            self.snapshot_at = self.snapshot_floor if bounded else -math.inf
 
     def declare(self, definition: ScheduleDefinition, job: Job) -> None:
         """Declare now if the store answers; else the loop declares it when it does."""
@@ -281,8 +314,10 @@ class StoreLoop:
             return trigger.next_after(now)
 
         result = self.store.declare(definition, first_fire)
-        self._refresh_job(job, result.record)
-        self.snapshot_at = -math.inf
+        with self.lock:
+            self._touch(definition.name)
+            self._refresh_job(job, result.record)
+        self._refresh_soon()
         self.wanted = True
         self.relist.add(definition.name)  # declared here now (its row may not have changed)
         events = self.scheduler.events
@@ -302,6 +337,7 @@ class StoreLoop:
             job = self.jobs.pop(name, None)
             self.to_declare.pop(name, None)
             self.relist.add(name)
+            self.touched.pop(name, None)
         if job is not None:
             job._cancelled = True
             with self.scheduler.lock:
@@ -310,7 +346,7 @@ class StoreLoop:
         events = self.scheduler.events
         if (removed or job is not None) and ScheduleRemoved in events.wanted:
             events.emit(ScheduleRemoved(name, "removed"))
-        self.snapshot_at = -math.inf
+        self._refresh_soon()
         self.wanted = True
         self.nudge()
         return removed
@@ -387,7 +423,12 @@ class StoreLoop:
         except Exception as exc:
             self._failed(action, exc)
             self.post(("control", name, action))  # again after the backoff
-        self.snapshot_at = -math.inf
+        else:
+            if action == "remove":
+                return
+            with self.lock:  # a copy read before does not undo it on the job (`_touch`)
+                self._touch(name)
+        self._refresh_soon()
         self.wanted = True
 
     def _serve(self, monotonic: Callable[[], float]) -> float:
@@ -416,7 +457,9 @@ class StoreLoop:
                 next_fire = None if fire is None else fire.timestamp()
                 owned = self.jobs.get(claim.name)
                 if owned is not None and owned._wall is not None:
-                    owned._wall.set_fire(fire)
+                    with self.lock:  # a copy being read does not overwrite it (`_touch`)
+                        self._touch(claim.name)
+                        owned._wall.set_fire(fire)
             self._start_run(claim, monotonic(), next_fire)
         for (name, _), decision in decisions.items():
             # Plans that run nothing ("skip") are announced too: nothing silent. A plan that
@@ -428,20 +471,14 @@ class StoreLoop:
         if len(claims) >= BATCH:
             return 0.0  # more may be due
         now = monotonic()
-        if self.wanted and now >= self.snapshot_at:
-            self.wanted = False
-            self._take_snapshot()
-            # At most 5 % of the loop's time on it, however many records the store holds.
-            took = monotonic() - now
-            now = monotonic()
-            self.snapshot_at = now + max(SNAPSHOT_EVERY, 20 * took)
-            self.snapshot_floor = now + 20 * took
+        if self.wanted and now >= self.snapshot_at and not self.reading:
+            self._ask_snapshot()
         store_now, earliest = store.next_due()
         self.offset = store_now.timestamp() - self.scheduler.clock.time()
         delay = POLL if earliest is None else (earliest - store_now).total_seconds()
         if self.in_flight:
             delay = min(delay, min(f.renew_at for f in self.in_flight.values()) - now)
-        if self.wanted and self.snapshot_at > now:  # a refresh put off by the 5 % bound
+        if self.wanted and not self.reading and self.snapshot_at > now:  # put off by 5 %
             delay = min(delay, self.snapshot_at - now)
         delay = max(0.0, min(delay, POLL))
         self.wake_at = store_now.timestamp() + delay
@@ -627,8 +664,80 @@ class StoreLoop:
         self.healthy = False
         self.last_error = error
 
+    # -- the snapshot thread -----------------------------------------------------------------
+
+    def _ask_snapshot(self) -> None:
+        """Have the snapshot thread refresh the copy (the loop; one read at a time)."""
+        with self.lock:
+            self.wanted = False
+            self.reading = True
+            self.snapshot_at = math.inf  # until the read ends (see `_snapshots`)
+        if self.reader is None:
+            self.reader = _threads.start_thread(self._snapshots, f"{self.name}-store-snapshot")
+        self.read_now.set()
+
+    def _snapshots(self) -> None:
+        """The snapshot thread: one read of the store per request, until the loop ends.
+
+        A read that fails is reported as a store error (the service goes on); the next one
+        is asked `SNAPSHOT_EVERY` later. The store is thread-safe (each store gives each
+        thread its own connection, or its client is thread-safe)."""
+        monotonic = self.scheduler.clock.monotonic
+        try:
+            while True:
+                self.read_now.wait()
+                self.read_now.clear()
+                if self.reader_stop:
+                    return
+                began = monotonic()
+                try:
+                    self._take_snapshot()
+                except Exception as exc:
+                    self._failed("snapshot", exc)  # the service goes on; the next read as usual
+                # At most 5 % of the time on it, however many records the store holds.
+                took = monotonic() - began
+                end = monotonic()
+                with self.lock:
+                    self.reading = False
+                    self.snapshot_floor = end + 20 * took
+                    if self.snapshot_at == math.inf:  # not asked again during the read
+                        self.snapshot_at = end + max(SNAPSHOT_EVERY, 20 * took)
+                    elif self.snapshot_at != -math.inf:  # a change was reported (`changed`)
+                        self.snapshot_at = self.snapshot_floor
+                    again = self.wanted
+                if again and not self.reader_stop:
+                    self.nudge()  # the loop's wake-up did not count on the next refresh
+        finally:
+            with self.lock:
+                self.reader_done = True
+                release = self.reader_releases
+            if release:
+                self.release()
+
+    def _stop_snapshots(self) -> bool:
+        """Stop the snapshot thread (the loop, closing): True if it has ended; False if it
+        is still reading after `_SNAPSHOT_JOIN` (it then closes the store itself)."""
+        reader = self.reader
+        if reader is None:
+            return True
+        self.reader_stop = True
+        self.read_now.set()
+        if reader.ident is not None:
+            reader.join(_SNAPSHOT_JOIN)
+        with self.lock:
+            self.reader_releases = not self.reader_done
+            return self.reader_done
+
+    def _touch(self, name: str) -> None:
+        """The loop refreshed job `name` (caller holds `lock`): copies read before stay off."""
+        self.touches += 1
+        self.touched[name] = self.touches
+
     def _take_snapshot(self) -> None:
-        """Bring the copy of the store's records behind `status()` up to date."""
+        """Bring the copy of the store's records behind `status()` up to date (the snapshot
+        thread)."""
+        with self.lock:
+            touches = self.touches  # job refreshes after this are fresher than this read
         changed_since = getattr(self.store, "changed_since", None)
         now = self.scheduler.clock.monotonic()
         if changed_since is None or self.mark is None or now >= self.whole_at:
@@ -649,9 +758,13 @@ class StoreLoop:
                 r.name for r in records} if name in self.listed)]
         rows = [(r, jobs.get(r.name)) for r in records]
         made = [(r, job is not None, self._listed(r, job is not None)) for r, job in rows]
-        for record, job in rows:
-            if job is not None:
-                self._refresh_job(job, record)
+        owned = [(r, job) for r, job in rows if job is not None]
+        for start in range(0, len(owned), 1000):  # the lock in short holds: the loop takes it
+            with self.lock:
+                touched = self.touched
+                for record, job in owned[start:start + 1000]:
+                    if touched.get(record.name, -1) <= touches:
+                        self._refresh_job(job, record)
         broken = {} if whole else dict(self.broken)
         for record in records:
             broken.pop(record.name, None)
@@ -687,6 +800,7 @@ class StoreLoop:
             iso(record.last_fire), record.last_result)
 
     def _refresh_job(self, job: Job, record: ScheduleRecord) -> None:
+        """Show `record`'s state on `job` (caller holds `lock`)."""
         wall = job._wall
         if wall is not None:
             wall.set_fire(record.next_fire)
@@ -710,7 +824,8 @@ class StoreLoop:
             logger.error("%s: %d completion(s) not recorded at shutdown (%s): their lease "
                          "expires and on_crash settles them", self.name,
                          len(self.retry_completions), exc)
-        self.release()
+        if self._stop_snapshots():
+            self.release()
 
     def release(self) -> None:
         """Close the store if the service opened it (from its URL)."""

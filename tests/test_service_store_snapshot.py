@@ -1,0 +1,152 @@
+"""The copy of the store's records behind `status()` is read off the store loop: a slow read
+(100,000 records take seconds on a server) delays no claim and no lease renewal, a copy read
+before a claim or a pause does not undo them on the job, and shutdown does not wait for it."""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import stored_jobs
+
+from executors import BackgroundService, Interval
+from executors._service.store import Claim, MemoryStore, ScheduleRecord
+from executors.testing import wait_until
+
+
+class SlowRecords:
+    """A memory store whose `records()` reads, then blocks until `allow` lets that many reads
+    end (a read of a large store on a slow server): it returns what it read before."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore()
+        self.blocked = threading.Event()  # a read is blocked
+        self.reads = 0
+        self.allowed = 0
+        self.cond = threading.Condition()
+        self.renewals = 0
+
+    def allow(self, reads: int) -> None:
+        with self.cond:
+            self.allowed = reads
+            self.cond.notify_all()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)  # the rest of the store, as it is
+
+    def records(self) -> list[ScheduleRecord]:
+        read = self.inner.records()
+        with self.cond:
+            self.reads += 1
+            self.blocked.set()
+            self.cond.wait_for(lambda: self.allowed >= self.reads, 30)
+        return read
+
+    def renew(self, claim: Claim, lease: float) -> bool:
+        self.renewals += 1
+        return self.inner.renew(claim, lease)
+
+
+@pytest.fixture
+def store() -> Iterator[SlowRecords]:
+    stored_jobs.SEEN.clear()
+    slow = SlowRecords()
+    yield slow
+    slow.allow(1_000_000)  # never leave a reader blocked behind a failed test
+    stored_jobs.SEEN.clear()
+
+
+def _names(svc: BackgroundService) -> set[str]:
+    store = svc.status().store
+    assert store is not None
+    return {s.name for s in store.schedules}
+
+
+def _snapshot_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.endswith("-store-snapshot")]
+
+
+def test_a_blocked_snapshot_delays_no_claim_and_no_renewal(store: SlowRecords) -> None:
+    """While the read behind status() is blocked, a schedule due every 0.2 s keeps running
+    and a long run's lease (0.6 s, renewed every 0.2 s) keeps being renewed and is not lost."""
+    with tempfile.TemporaryDirectory() as tmp, \
+            BackgroundService(store=store, store_lease=0.6, workers=4) as svc:
+        svc.schedule(Interval(0.2), stored_jobs.seen, "fast", name="fast")
+        svc.schedule(Interval(0.2), stored_jobs.hold, str(Path(tmp) / "log"), 1.5,
+                     name="long")
+        assert store.blocked.wait(10)  # the first read, at start, is blocked
+        wait_until(lambda: store.renewals >= 3, 10)
+        runs = len(stored_jobs.SEEN)
+        wait_until(lambda: len(stored_jobs.SEEN) >= runs + 5, 10)
+        assert store.reads == 1 and svc.status().store.lease_lost == 0  # type: ignore[union-attr]
+        store.allow(1_000_000)
+        wait_until(lambda: _names(svc) == {"fast", "long"}, 10)
+
+
+def test_a_copy_read_before_a_claim_and_a_pause_does_not_undo_them(
+        store: SlowRecords) -> None:
+    """A read that began before the loop claimed a schedule (moving its next fire time) and
+    paused it does not put the older next fire time and the unpaused state back on the job
+    when it ends."""
+    svc = BackgroundService(store=store)
+    job = svc.schedule(Interval(0.2), stored_jobs.seen, "fast", name="fast")
+    with svc:  # declared at start: the first read has it
+        assert store.blocked.wait(10)
+        wait_until(lambda: len(stored_jobs.SEEN) >= 3, 10)
+        job.pause()
+        wait_until(lambda: store.get("fast").paused, 5)  # type: ignore[union-attr]
+        assert job._wall is not None
+        fire = job._wall.fire
+        store.allow(1)
+        wait_until(lambda: store.reads >= 2, 10)  # the first read has been applied
+        # The copy shows the record as read (before the claims); the job keeps its own.
+        listed = svc.status().store.schedules  # type: ignore[union-attr]
+        assert [s.paused for s in listed] == [False]
+        assert job._wall.fire == fire and job.statistics().state == "paused"
+        store.allow(1_000_000)
+
+
+def test_shutdown_while_a_snapshot_is_blocked_is_prompt_and_leaves_no_thread(
+        store: SlowRecords) -> None:
+    """Shutdown does not wait out a blocked read (a second at most); the reader ends, and
+    closes nothing twice, once its read returns."""
+    before = set(threading.enumerate())
+    svc = BackgroundService(store=store).start()
+    svc.schedule(Interval(0.2), stored_jobs.seen, "fast", name="fast")
+    assert store.blocked.wait(10)
+    began = time.monotonic()
+    report = svc.shutdown(timeout=10)
+    took = time.monotonic() - began
+    assert report.completed and took < 3.0, (report, took)
+    assert _snapshot_threads()  # still reading
+    store.allow(1_000_000)
+    wait_until(lambda: not _snapshot_threads(), 10)
+    wait_until(lambda: set(threading.enumerate()) <= before, 10)
+
+
+@pytest.mark.usefixtures("store")  # for its clean SEEN
+def test_a_snapshot_that_fails_is_a_store_error_and_the_service_goes_on() -> None:
+    """A read behind status() that raises (the store went down) is counted and reported
+    like any store error; claims go on and a later read succeeds."""
+
+    class Flaky(SlowRecords):
+        fail = True
+
+        def records(self) -> list[ScheduleRecord]:
+            if self.fail:
+                raise ConnectionError("store down")
+            return self.inner.records()
+
+    flaky = Flaky()
+    with BackgroundService(store=flaky) as svc:
+        svc.schedule(Interval(0.2), stored_jobs.seen, "fast", name="fast")
+        wait_until(lambda: svc.status().store.store_errors >= 1, 10)  # type: ignore[union-attr]
+        assert "store down" in (svc.status().store.last_error or "")  # type: ignore[union-attr]
+        runs = len(stored_jobs.SEEN)
+        wait_until(lambda: len(stored_jobs.SEEN) >= runs + 3, 10)
+        flaky.fail = False
+        wait_until(lambda: svc.status().store.schedules, 15)  # type: ignore[union-attr]
