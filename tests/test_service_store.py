@@ -22,8 +22,8 @@ from executors import (
     ScheduleRemoved,
     ServiceEvent,
 )
+from executors._service.memory_schedules import MemoryStore
 from executors._service.sqlite_schedules import SQLiteScheduleStore
-from executors._service.store import MemoryStore
 from executors.testing import wait_until
 
 MINUTE = dt.timedelta(minutes=1)

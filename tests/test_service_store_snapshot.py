@@ -14,7 +14,8 @@ import pytest
 from helpers import stored_jobs
 
 from executors import BackgroundService, Interval
-from executors._service.store import Claim, MemoryStore, ScheduleRecord
+from executors._service.memory_schedules import MemoryStore
+from executors._service.store import Claim, ScheduleRecord
 from executors.testing import wait_until
 
 

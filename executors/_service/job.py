@@ -32,7 +32,7 @@ from .run_info import EveryRun, RunInfo, enter_run, resolve
 
 if TYPE_CHECKING:
     from .scheduler import Scheduler
-    from .stored import StoredLink
+    from .stored_run import StoredLink
     from .wallclock import TriggerLike, WallState
 
 __all__ = ("Job", "JobSlot", "JobStatistics", "OnError", "Overrun", "job_interval")

@@ -40,10 +40,9 @@ import datetime as dt
 import hashlib
 import importlib
 import json
-import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Literal, Protocol, TypeGuard, final
+from typing import Literal, Protocol, TypeGuard
 
 from executors._urls import redact
 
@@ -58,7 +57,6 @@ __all__ = (
     "Declared",
     "ScheduleStore",
     "StoreFormatError",
-    "MemoryStore",
     "UTC",
     "to_epoch",
     "from_epoch",
@@ -424,8 +422,9 @@ def open_store(url: str) -> ScheduleStore:
     if not isinstance(url, str):
         raise TypeError(f"store must be a URL or a store object, got {type(url).__name__}")
     scheme = url.partition(":")[0].lower()
-    if scheme == "memory":
-        return MemoryStore()
+    if scheme == "memory":  # found as the other backends are: memory_schedules imports this
+        memory = importlib.import_module("executors._service.memory_schedules")
+        return memory.MemoryStore()  # type: ignore[no-any-return]
     backend = _BACKENDS.get(scheme)
     if backend is None:
         known = ", ".join(["memory", *sorted(_BACKENDS)])
@@ -526,114 +525,6 @@ def finish_record(record: ScheduleRecord, result: str) -> ScheduleRecord:
                                claim_token=None)
 
 
-@final
-class MemoryStore:
-    """A store in this process's memory (what ``BackgroundService()`` uses without a store).
-
-    Its clock is this process's wall clock, or the `now` callable given (a test clock).
-    """
-
-    display_url = "memory:"
-
-    def __init__(self, now: Callable[[], dt.datetime] | None = None) -> None:
-        self._now = now or (lambda: dt.datetime.now(UTC))
-        self._lock = threading.Lock()
-        self._records: dict[str, ScheduleRecord] = {}
-
-    def __repr__(self) -> str:
-        return f"<MemoryStore schedules={len(self._records)}>"
-
-    def now(self) -> dt.datetime:
-        return self._now()
-
-    def declare(self, definition: ScheduleDefinition,
-                first_fire: Callable[[dt.datetime], dt.datetime | None]) -> Declared:
-        digest = definition.digest()
-        with self._lock:
-            old = self._records.get(definition.name)
-            if old is not None and old.digest == digest:
-                return Declared(old, "unchanged")
-            next_fire = first_fire(self.now())
-            record = new_record(definition, next_fire) if old is None else \
-                redeclared(old, definition, next_fire)
-            self._records[definition.name] = record
-            return Declared(record, "added" if old is None else "changed")
-
-    def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
-              on_crash: Callable[[ScheduleRecord], OnCrash]) -> list[Claim]:
-        claims: list[Claim] = []
-        token = uuid.uuid4().hex  # the batch's: unique with each record's name
-        with self._lock:
-            now = self.now()
-            due = sorted((r for r in self._records.values() if _maybe_due(r, now)),
-                         key=_due_key)
-            for record in due:
-                if len(claims) >= limit:
-                    break
-                settled = settle_claim(record, owner, now, lease, planner, on_crash, token)
-                if settled is None:
-                    continue
-                self._records[record.name] = settled[0]
-                if settled[1] is not None:
-                    claims.append(settled[1])
-        return claims
-
-    def next_due(self) -> tuple[dt.datetime, dt.datetime | None]:
-        with self._lock:
-            now = self.now()
-            return now, earliest_due(self._records.values())
-
-    def renew(self, claim: Claim, lease: float) -> bool:
-        with self._lock:
-            record = self._records.get(claim.name)
-            if not holds(record, claim):
-                return False
-            until = self.now() + dt.timedelta(seconds=lease)
-            self._records[claim.name] = dataclasses.replace(record, lease_until=until)
-            return True
-
-    def complete(self, claim: Claim, result: str) -> bool:
-        with self._lock:
-            record = self._records.get(claim.name)
-            if not holds(record, claim):
-                return False
-            self._records[claim.name] = finish_record(record, result)
-            return True
-
-    def set_paused(self, name: str, paused: bool) -> bool:
-        return self._update(name, paused=paused)
-
-    def set_next_fire(self, name: str, next_fire: dt.datetime | None) -> bool:
-        return self._update(name, next_fire=next_fire)
-
-    def _update(self, name: str, **changes: object) -> bool:
-        with self._lock:
-            record = self._records.get(name)
-            if record is None:
-                return False
-            self._records[name] = dataclasses.replace(record, version=record.version + 1,
-                                                      **changes)  # type: ignore[arg-type]
-            return True
-
-    def remove(self, name: str) -> bool:
-        with self._lock:
-            return self._records.pop(name, None) is not None
-
-    def get(self, name: str) -> ScheduleRecord | None:
-        with self._lock:
-            return self._records.get(name)
-
-    def records(self) -> list[ScheduleRecord]:
-        with self._lock:
-            return sorted(self._records.values(), key=lambda r: r.name)
-
-    def corrupt(self) -> list[tuple[str, str]]:
-        return []
-
-    def close(self) -> None:
-        pass
-
-
 def holds(record: ScheduleRecord | None, claim: Claim) -> TypeGuard[ScheduleRecord]:
     """Whether `record` still holds `claim`'s run (the fence of its renewal and completion)."""
     return record is not None and record.claim_token == claim.token \
@@ -653,17 +544,3 @@ def earliest_due(records: Iterable[ScheduleRecord]) -> dt.datetime | None:
         if at is not None and (best is None or at < best):
             best = at
     return best
-
-
-def _maybe_due(record: ScheduleRecord, now: dt.datetime) -> bool:
-    """A cheap pre-filter: due, or holding a lease that has expired (to settle)."""
-    if record.running_fire is not None:
-        return record.lease_until is None or record.lease_until < now
-    if record.paused:
-        return False
-    return record.next_fire is not None and record.next_fire <= now
-
-
-def _due_key(record: ScheduleRecord) -> tuple[float, str]:
-    fire = record.running_fire or record.next_fire
-    return (fire.timestamp() if fire is not None else float("inf"), record.name)

@@ -9,27 +9,17 @@ A `BackgroundService` given a store (``BackgroundService(store="sqlite:///jobs.d
   `ScheduleChanged`), a new one is added (`ScheduleAdded`). A schedule in the store that this
   process does not declare is served too when its target imports here (schedules are data).
 - **Claim.** The loop claims due records in batches of up to `BATCH` with a lease of `LEASE`
-  (30 s) on the store's clock. The planner applies the ``missed`` policy with the same pure
-  function as memory schedules (`wallclock.decide`), inside the claim's conditional update, so
-  it is applied once however many processes serve the store. A fire time still unclaimed
-  `UNWATCHED_AFTER` (5 s) after it came due passed unwatched (reason ``"stopped"``), as in
-  memory after a restart with ``since``: ``"skip"`` runs none of them. A group of missed fire
-  times is announced once by the process that meets it (``"all"`` walks it over several
-  claims). Resuming skips the fire times that passed while paused (`resume_record`). Each
-  claim runs on the pool with `executors.current_run()` = ``(name, fire_time, attempt)``.
+  (30 s) on the store's clock; the planner applies the ``missed`` policy inside the claim's
+  conditional update (`executors._service.stored_plan`). Each claim runs on the pool with
+  `executors.current_run()` = ``(name, fire_time, attempt)``.
 - **Renew and complete.** While a run lasts its lease is renewed every `RENEW_EVERY` (10 s).
   Both are fenced by the claim's token (not moved by a pause): a refused one is a lost
   lease (`LeaseLost`, counted in `StoreStatus.lease_lost`). A completion the store could not
   take (unreachable) is retried by the loop.
-- **Status.** The loop keeps a copy of the store's records for `status()`: read at start, then
-  brought up to date while `status()` is being asked for, at most every `SNAPSHOT_EVERY` (and
-  at most 5 % of the time); a service nobody asks reads nothing for it. The copy is read on a
-  thread of its own (the **snapshot thread**, started at the first read): reading 100,000
-  records takes seconds, and claims and renewals never wait for it. A claim's next fire time
-  is not overwritten by a copy read before the claim. A store that
-  can say what changed since a mark (the SQLite store's `changed_since`) is read for the
-  changes only, and whole every `WHOLE_EVERY`; any other store is read whole each time. The
-  next fire time a claim gives its schedule is shown on the job at once.
+- **Status.** A copy of the store's records backs `status()`, read on a thread of its own
+  while `status()` is being asked for (`executors._service.stored_status`): claims and
+  renewals never wait for it. The next fire time a claim gives its schedule is shown on the
+  job at once.
 - **Sleep.** Between claims the loop sleeps until the store's earliest next fire time
   (`ScheduleStore.next_due`, converted from the store's clock to a monotonic delay), never
   longer than `POLL` (1 s): a pause, resume, reschedule, removal or run-now made by another
@@ -51,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import functools
 import logging
 import math
 import os
@@ -64,24 +53,24 @@ from typing import TYPE_CHECKING, Literal, final
 
 from executors import _threads
 
-from .events import LeaseLost, RunMissed, ScheduleAdded, ScheduleChanged, ScheduleRemoved
-from .run_info import RunInfo
+from .events import LeaseLost, ScheduleAdded, ScheduleChanged, ScheduleRemoved
 from .schedule_data import (
     StoredSchedule,
     StoreStatus,
     check_store,
-    iso,
     resolve_target,
     target_of,
     trigger_of,
 )
 from .store import Claim, Plan, ScheduleDefinition, ScheduleRecord, ScheduleStore
-from .wallclock import WALK_BOUND, decide
+from .stored_plan import UNWATCHED_AFTER, Decision, announce_missed, plan, resume_record
+from .stored_run import StoredLink, StoredRun
+from .stored_status import ask_snapshot, refresh_job, stop_snapshots
 
 if TYPE_CHECKING:
     from .job import Job
     from .scheduler import Scheduler
-    from .wallclock import Missed, TriggerLike
+    from .wallclock import TriggerLike
 
 __all__ = (
     "BACKOFF_FIRST",
@@ -115,47 +104,9 @@ BATCH = 100
 #: The first and the longest wait before retrying an unreachable store (seconds).
 BACKOFF_FIRST = 0.1
 BACKOFF_MAX = 5.0
-#: How often the loop refreshes its copy of the records for `status()` (seconds).
-SNAPSHOT_EVERY = 5.0
-#: A fire time still unclaimed this long (seconds, store clock) after it came due passed with
-#: no process serving it: every process claims a due record within `POLL`, so only a stop of
-#: them all, or a run holding the schedule past it, leaves one waiting longer.
-UNWATCHED_AFTER = 5.0
-#: How often a store that reports its changes is read whole all the same (seconds): it finds
-#: what was written without the change mark (an older version of this library, a hand edit).
-WHOLE_EVERY = 300.0
-#: How long shutdown waits for a snapshot thread still reading (seconds); past it the thread
-#: finishes its read alone, and closes the store if the service opened it.
-_SNAPSHOT_JOIN = 1.0
-#: The most triggers the loop keeps decoded (one per stored schedule is what it needs).
-_TRIGGERS_KEPT = 100_000
 
 _CLOSE = object()
 _NUDGE = object()
-
-
-@final
-class StoredLink:
-    """What a stored schedule's `Job` control methods call (they go to the store loop)."""
-
-    __slots__ = ("definition", "loop")
-
-    def __init__(self, loop: StoreLoop, definition: ScheduleDefinition) -> None:
-        self.loop = loop
-        self.definition = definition
-
-    def control(self, job: Job, action: Literal["pause", "resume", "run-now", "remove"]
-                ) -> None:
-        """A lock-free put: the store loop performs it (cancel is destructor-safe)."""
-        self.loop.post(("control", job._name, action))
-
-    def reschedule(self, job: Job, trigger: TriggerLike) -> None:
-        """Declare the schedule again with the new trigger (a changed definition)."""
-        definition = dataclasses.replace(self.definition, trigger=trigger.to_data())
-        self.definition = definition
-        assert job._wall is not None
-        job._wall.trigger = trigger
-        self.loop.declare(definition, job)
 
 
 #: A claim whose next fire time its planner did not give (a rerun of a crashed owner's run).
@@ -202,8 +153,7 @@ class StoreLoop:
         self.complete_many: Callable[[list[tuple[Claim, str]]], list[bool]] | None = getattr(
             store, "complete_many", None)
         self.reported_lost: set[tuple[str, int]] = set()
-        self.decisions: dict[tuple[str, int], tuple[int, int, dt.datetime, dt.datetime, str,
-                                                    str, bool]] = {}
+        self.decisions: dict[tuple[str, int], Decision] = {}
         self.announced: dict[str, dt.datetime] = {}  # the latest fire time of a group announced
         # (name, version after the claim) -> the next fire time the planner gave.
         self.planned: dict[tuple[str, int], dt.datetime | None] = {}
@@ -316,7 +266,7 @@ class StoreLoop:
         result = self.store.declare(definition, first_fire)
         with self.lock:
             self._touch(definition.name)
-            self._refresh_job(job, result.record)
+            refresh_job(job, result.record)
         self._refresh_soon()
         self.wanted = True
         self.relist.add(definition.name)  # declared here now (its row may not have changed)
@@ -444,13 +394,13 @@ class StoreLoop:
         self._retry_completions()
         self._renew(monotonic())
         store = self.store
-        claims = store.claim(self.owner, lease=self.lease, limit=BATCH, planner=self._plan,
+        claims = store.claim(self.owner, lease=self.lease, limit=BATCH, planner=self.planner,
                              on_crash=_on_crash)
         decisions, self.decisions = self.decisions, {}
         planned, self.planned = self.planned, {}
         for claim in claims:
             key = (claim.name, claim.version)
-            self._announce_missed(claim.name, decisions.pop(key, None))
+            announce_missed(self, claim.name, decisions.pop(key, None))
             next_fire: float | None = _UNKNOWN
             if key in planned:
                 fire = planned[key]
@@ -467,12 +417,12 @@ class StoreLoop:
             # announces it. (A store whose conditional write can lose a race, MongoDB, may
             # announce a plan that runs nothing twice.)
             if decision[1] == 0:
-                self._announce_missed(name, decision)
+                announce_missed(self, name, decision)
         if len(claims) >= BATCH:
             return 0.0  # more may be due
         now = monotonic()
         if self.wanted and now >= self.snapshot_at and not self.reading:
-            self._ask_snapshot()
+            ask_snapshot(self)
         store_now, earliest = store.next_due()
         self.offset = store_now.timestamp() - self.scheduler.clock.time()
         delay = POLL if earliest is None else (earliest - store_now).total_seconds()
@@ -484,71 +434,9 @@ class StoreLoop:
         self.wake_at = store_now.timestamp() + delay
         return delay
 
-    def _trigger(self, record: ScheduleRecord) -> TriggerLike:
-        """`record`'s trigger, decoded once per definition (by its digest)."""
-        trigger = self.triggers.get(record.digest)
-        if trigger is None:
-            trigger = trigger_of(record.definition.trigger)
-            if len(self.triggers) >= _TRIGGERS_KEPT:
-                self.triggers.clear()
-            self.triggers[record.digest] = trigger
-        return trigger
-
-    def _plan(self, record: ScheduleRecord, now: dt.datetime) -> Plan:
-        """The ``missed`` policy on a due record, at the store's `now` (`wallclock.decide`)."""
-        options = record.definition.options
-        first = record.next_fire
-        assert first is not None
-        try:
-            trigger = self._trigger(record)
-            policy: Missed = options.get("missed", "latest")  # type: ignore[assignment]
-            # Fire times left unclaimed past UNWATCHED_AFTER passed unwatched, up to now, as
-            # in memory after a restart with `since`: "skip" runs none of them (the store
-            # cannot see a stop, only that nobody claimed them in time).
-            at = now.timestamp()
-            unwatched = ("stopped", at) if at - first.timestamp() > UNWATCHED_AFTER else None
-            d = decide(trigger, first, trigger.next_after(first), at, policy,
-                       int(options.get("max_missed", 100)),  # type: ignore[call-overload]
-                       options.get("grace"), unwatched)  # type: ignore[arg-type]
-        except Exception:
-            logger.exception("%s: the trigger of stored schedule %r failed; it stops (no "
-                             "next fire time)", self.name, record.name)
-            return Plan(None, None, 0)
-        key = (record.name, record.version + 1)
-        if policy == "all" and len(d.runs) > 1:
-            # One fire time per claim: the next claim takes the next one (a group of due
-            # fire times is walked once, here, and the rest stay due in the record).
-            plan = Plan(d.runs[0], d.runs[1], d.count - len(d.runs))
-        else:
-            plan = Plan(d.runs[-1] if d.runs else None, d.next_fire, d.count - len(d.runs))
-        self.planned[key] = plan.next_fire
-        announced = self.announced.get(record.name)
-        if d.missed and (announced is None or first > announced):
-            # Once a group: "all" walks it one claim at a time, and each later claim of the
-            # walk sees the rest of the group this process has announced already.
-            self.announced[record.name] = d.last
-            self.decisions[key] = (
-                d.missed, d.ran, first, d.last_missed, d.reason, policy, d.truncated)
-        return plan
-
-    def _announce_missed(self, name: str, decision: tuple[int, int, dt.datetime,
-                                                           dt.datetime, str, str, bool]
-                         | None) -> None:
-        if decision is None:
-            return
-        missed, ran, first, last, reason, policy, truncated = decision
-        logger.warning("schedule %r missed %s%d fire time(s) from %s to %s (%s); missed=%r "
-                       "ran %d of them", name, "at least " if truncated else "", missed,
-                       first.isoformat(), last.isoformat(), reason, policy, ran)
-        job = self.jobs.get(name)
-        if job is not None and job._wall is not None:
-            job._wall.missed_count += missed
-            job._wall.missed_run += ran
-            job._wall.last_reason = reason
-        events = self.scheduler.events
-        if RunMissed in events.wanted:
-            events.emit(RunMissed(name, missed, ran, first, last, reason, policy,
-                                  truncated))
+    def planner(self, record: ScheduleRecord, now: dt.datetime) -> Plan:
+        """The claim's planner: the ``missed`` policy on a due record (`stored_plan.plan`)."""
+        return plan(self, record, now)
 
     def _start_run(self, claim: Claim, now: float, next_fire: float | None) -> None:
         self.claims += 1
@@ -557,7 +445,7 @@ class StoreLoop:
                 claim, now + self.renew_every, next_fire)
         pool = self.scheduler.pool
         assert pool is not None
-        pool.put(_StoredRun(self, claim))  # type: ignore[arg-type]
+        pool.put(StoredRun(self, claim))  # type: ignore[arg-type]
 
     def _renew(self, now: float) -> None:
         with self.lock:
@@ -664,148 +552,10 @@ class StoreLoop:
         self.healthy = False
         self.last_error = error
 
-    # -- the snapshot thread -----------------------------------------------------------------
-
-    def _ask_snapshot(self) -> None:
-        """Have the snapshot thread refresh the copy (the loop; one read at a time)."""
-        with self.lock:
-            self.wanted = False
-            self.reading = True
-            self.snapshot_at = math.inf  # until the read ends (see `_snapshots`)
-        if self.reader is None:
-            self.reader = _threads.start_thread(self._snapshots, f"{self.name}-store-snapshot")
-        self.read_now.set()
-
-    def _snapshots(self) -> None:
-        """The snapshot thread: one read of the store per request, until the loop ends.
-
-        A read that fails is reported as a store error (the service goes on); the next one
-        is asked `SNAPSHOT_EVERY` later. The store is thread-safe (each store gives each
-        thread its own connection, or its client is thread-safe)."""
-        monotonic = self.scheduler.clock.monotonic
-        try:
-            while True:
-                self.read_now.wait()
-                self.read_now.clear()
-                if self.reader_stop:
-                    return
-                began = monotonic()
-                try:
-                    self._take_snapshot()
-                except Exception as exc:
-                    self._failed("snapshot", exc)  # the service goes on; the next read as usual
-                # At most 5 % of the time on it, however many records the store holds.
-                took = monotonic() - began
-                end = monotonic()
-                with self.lock:
-                    self.reading = False
-                    self.snapshot_floor = end + 20 * took
-                    if self.snapshot_at == math.inf:  # not asked again during the read
-                        self.snapshot_at = end + max(SNAPSHOT_EVERY, 20 * took)
-                    elif self.snapshot_at != -math.inf:  # a change was reported (`changed`)
-                        self.snapshot_at = self.snapshot_floor
-                    again = self.wanted
-                if again and not self.reader_stop:
-                    self.nudge()  # the loop's wake-up did not count on the next refresh
-        finally:
-            with self.lock:
-                self.reader_done = True
-                release = self.reader_releases
-            if release:
-                self.release()
-
-    def _stop_snapshots(self) -> bool:
-        """Stop the snapshot thread (the loop, closing): True if it has ended; False if it
-        is still reading after `_SNAPSHOT_JOIN` (it then closes the store itself)."""
-        reader = self.reader
-        if reader is None:
-            return True
-        self.reader_stop = True
-        self.read_now.set()
-        if reader.ident is not None:
-            reader.join(_SNAPSHOT_JOIN)
-        with self.lock:
-            self.reader_releases = not self.reader_done
-            return self.reader_done
-
     def _touch(self, name: str) -> None:
         """The loop refreshed job `name` (caller holds `lock`): copies read before stay off."""
         self.touches += 1
         self.touched[name] = self.touches
-
-    def _take_snapshot(self) -> None:
-        """Bring the copy of the store's records behind `status()` up to date (the snapshot
-        thread)."""
-        with self.lock:
-            touches = self.touches  # job refreshes after this are fresher than this read
-        changed_since = getattr(self.store, "changed_since", None)
-        now = self.scheduler.clock.monotonic()
-        if changed_since is None or self.mark is None or now >= self.whole_at:
-            self.mark = None
-        if changed_since is not None:
-            changes = changed_since(self.mark)
-            whole, records, corrupt = changes.whole, changes.records, changes.corrupt
-            self.mark = changes.mark
-        else:
-            whole, records, corrupt = True, self.store.records(), self.store.corrupt()
-        if whole:
-            self.whole_at = now + WHOLE_EVERY
-        with self.lock:
-            jobs = dict(self.jobs)
-            relist, self.relist = self.relist, set()
-        if not whole:  # declared or undeclared here since: listed again, as they are
-            records = [*records, *(self.listed[name][0] for name in relist - {
-                r.name for r in records} if name in self.listed)]
-        rows = [(r, jobs.get(r.name)) for r in records]
-        made = [(r, job is not None, self._listed(r, job is not None)) for r, job in rows]
-        owned = [(r, job) for r, job in rows if job is not None]
-        for start in range(0, len(owned), 1000):  # the lock in short holds: the loop takes it
-            with self.lock:
-                touched = self.touched
-                for record, job in owned[start:start + 1000]:
-                    if touched.get(record.name, -1) <= touches:
-                        self._refresh_job(job, record)
-        broken = {} if whole else dict(self.broken)
-        for record in records:
-            broken.pop(record.name, None)
-        for name, reason in corrupt:
-            if self.broken.get(name) != reason:
-                logger.error("%s: stored schedule %r cannot be read and is skipped: %s",
-                             self.name, name, reason)
-            broken[name] = reason
-        with self.lock:  # status() sorts `listed` under it
-            listed = {} if whole else self.listed
-            for item in made:
-                listed[item[0].name] = item
-            for name in broken:
-                listed.pop(name, None)
-            if made or whole or corrupt:
-                self.snapshot = None
-            self.listed = listed
-            self.broken = broken
-        self.corrupt = tuple(sorted(broken.items()))
-
-    def _listed(self, record: ScheduleRecord, declared: bool) -> StoredSchedule:
-        """`record` as `status()` lists it (kept while the record is the same)."""
-        old = self.listed.get(record.name)
-        if old is not None and old[1] == declared and (old[0] is record or old[0] == record):
-            return old[2]
-        try:
-            trigger = self._trigger(record).describe()
-        except Exception as exc:  # a trigger this version cannot read
-            trigger = f"<unreadable: {exc}>"
-        return StoredSchedule(
-            record.name, trigger, record.definition.target, declared, record.paused,
-            iso(record.next_fire), record.owner, iso(record.lease_until), dict(record.counters),
-            iso(record.last_fire), record.last_result)
-
-    def _refresh_job(self, job: Job, record: ScheduleRecord) -> None:
-        """Show `record`'s state on `job` (caller holds `lock`)."""
-        wall = job._wall
-        if wall is not None:
-            wall.set_fire(record.next_fire)
-            wall.last_fire = record.last_fire
-        job._paused = record.paused
 
     def _finish(self) -> None:
         """Closing: wait for the runs in progress to record their end, then let go."""
@@ -824,7 +574,7 @@ class StoreLoop:
             logger.error("%s: %d completion(s) not recorded at shutdown (%s): their lease "
                          "expires and on_crash settles them", self.name,
                          len(self.retry_completions), exc)
-        if self._stop_snapshots():
+        if stop_snapshots(self):
             self.release()
 
     def release(self) -> None:
@@ -835,86 +585,6 @@ class StoreLoop:
             except Exception:
                 logger.exception("%s: closing the schedule store failed", self.name)
 
-    def run_claim(self, claim: Claim) -> None:
-        """Run one claimed fire time (on a pool thread) and record its end."""
-        scheduler = self.scheduler
-        definition = claim.definition
-        with self.lock:
-            job = self.jobs.get(claim.name)
-        try:
-            fn = resolve_target(definition.target)
-        except Exception as exc:
-            logger.error("%s: stored schedule %r: its target %s does not import here (%s)",
-                         self.name, claim.name, definition.target, exc)
-            self.complete(claim, f"error: {type(exc).__name__}: {exc}"[:500])
-            return
-        if job is None:
-            job = self._undeclared_job(claim.name, fn, definition)
-        clock = scheduler.clock
-        monotonic = scheduler.monotonic
-        start = monotonic()
-        # Lateness against the store's clock (the offset measured at the latest read).
-        lateness = clock.time() + self.offset - claim.fire_time.timestamp()
-        call = functools.partial(fn, *definition.args, **definition.kwargs)
-        if job._wall is not None:
-            job._wall.last_fire = claim.fire_time
-        failed, _ = job._run_once(start, start - max(0.0, lateness), monotonic,
-                                  RunInfo(claim.name, claim.fire_time, claim.attempt), call)
-        result = "ok" if not failed else f"error: {job._last_error}"[:500]
-        self.complete(claim, result)
-        if failed and definition.options.get("on_error") == "stop":
-            job._stopped = True
-            self.post(("control", claim.name, "pause"))
-
-    def _undeclared_job(self, name: str, fn: Callable[..., object],
-                        definition: ScheduleDefinition) -> Job:
-        from .job import NO_PUBLIC_CONSTRUCTOR, Job
-        from .wallclock import WallState
-
-        trigger = trigger_of(definition.trigger)
-        wall = WallState(trigger, "latest", 100, None, None)
-        job = Job(NO_PUBLIC_CONSTRUCTOR, self.scheduler, fn, (), name, float("inf"), 0.0, 0.0,
-                  0.0, "continue", "skip", 0.0, False, "", wall)
-        job._stored = StoredLink(self, definition)
-        return job
-
-
-def resume_record(store: ScheduleStore, name: str) -> tuple[bool, int]:
-    """Resume the stored schedule `name`: the fire times that passed while it was paused are
-    skipped by intent, as in memory (`wallclock.resume`): not run, not missed; it runs at its
-    next fire time after the store's now. ``(found, skipped)``; used by the service and by
-    ``executors schedules resume``."""
-    record = store.get(name)
-    if record is None:
-        return False, 0
-    skipped = 0
-    fire = record.next_fire
-    if record.paused and fire is not None:
-        now = store.now()
-        trigger = trigger_of(record.definition.trigger)
-        while fire is not None and fire <= now:
-            skipped += 1
-            # Past the walk's bound, straight to the first fire time after now.
-            fire = trigger.next_after(now if skipped >= WALK_BOUND else fire)
-        # Moved while still paused (no claim sees it in between), then resumed.
-        if skipped and not store.set_next_fire(name, fire):
-            return False, 0
-    return store.set_paused(name, False), skipped
-
 
 def _on_crash(record: ScheduleRecord) -> Literal["drop", "rerun"]:
     return "rerun" if record.definition.options.get("on_crash") == "rerun" else "drop"
-
-
-@final
-class _StoredRun:
-    """A pool work item: one claimed fire time."""
-
-    __slots__ = ("claim", "loop")
-
-    def __init__(self, loop: StoreLoop, claim: Claim) -> None:
-        self.loop = loop
-        self.claim = claim
-
-    def run(self) -> None:
-        self.loop.run_claim(self.claim)

@@ -1,0 +1,155 @@
+"""The schedule store kept in this process's memory (``memory:``, a test's store object).
+
+The contract every store keeps is `executors._service.store.ScheduleStore`; this one holds the
+records in a dict under a lock, with this process's wall clock (or a test clock) as the
+store's clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import threading
+import uuid
+from collections.abc import Callable
+from typing import final
+
+from .store import (
+    UTC,
+    Claim,
+    Declared,
+    OnCrash,
+    Planner,
+    ScheduleDefinition,
+    ScheduleRecord,
+    earliest_due,
+    finish_record,
+    holds,
+    new_record,
+    redeclared,
+    settle_claim,
+)
+
+__all__ = ("MemoryStore",)
+
+
+@final
+class MemoryStore:
+    """A store in this process's memory (what ``BackgroundService()`` uses without a store).
+
+    Its clock is this process's wall clock, or the `now` callable given (a test clock).
+    """
+
+    display_url = "memory:"
+
+    def __init__(self, now: Callable[[], dt.datetime] | None = None) -> None:
+        self._now = now or (lambda: dt.datetime.now(UTC))
+        self._lock = threading.Lock()
+        self._records: dict[str, ScheduleRecord] = {}
+
+    def __repr__(self) -> str:
+        return f"<MemoryStore schedules={len(self._records)}>"
+
+    def now(self) -> dt.datetime:
+        return self._now()
+
+    def declare(self, definition: ScheduleDefinition,
+                first_fire: Callable[[dt.datetime], dt.datetime | None]) -> Declared:
+        digest = definition.digest()
+        with self._lock:
+            old = self._records.get(definition.name)
+            if old is not None and old.digest == digest:
+                return Declared(old, "unchanged")
+            next_fire = first_fire(self.now())
+            record = new_record(definition, next_fire) if old is None else \
+                redeclared(old, definition, next_fire)
+            self._records[definition.name] = record
+            return Declared(record, "added" if old is None else "changed")
+
+    def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
+              on_crash: Callable[[ScheduleRecord], OnCrash]) -> list[Claim]:
+        claims: list[Claim] = []
+        token = uuid.uuid4().hex  # the batch's: unique with each record's name
+        with self._lock:
+            now = self.now()
+            due = sorted((r for r in self._records.values() if _maybe_due(r, now)),
+                         key=_due_key)
+            for record in due:
+                if len(claims) >= limit:
+                    break
+                settled = settle_claim(record, owner, now, lease, planner, on_crash, token)
+                if settled is None:
+                    continue
+                self._records[record.name] = settled[0]
+                if settled[1] is not None:
+                    claims.append(settled[1])
+        return claims
+
+    def next_due(self) -> tuple[dt.datetime, dt.datetime | None]:
+        with self._lock:
+            now = self.now()
+            return now, earliest_due(self._records.values())
+
+    def renew(self, claim: Claim, lease: float) -> bool:
+        with self._lock:
+            record = self._records.get(claim.name)
+            if not holds(record, claim):
+                return False
+            until = self.now() + dt.timedelta(seconds=lease)
+            self._records[claim.name] = dataclasses.replace(record, lease_until=until)
+            return True
+
+    def complete(self, claim: Claim, result: str) -> bool:
+        with self._lock:
+            record = self._records.get(claim.name)
+            if not holds(record, claim):
+                return False
+            self._records[claim.name] = finish_record(record, result)
+            return True
+
+    def set_paused(self, name: str, paused: bool) -> bool:
+        return self._update(name, paused=paused)
+
+    def set_next_fire(self, name: str, next_fire: dt.datetime | None) -> bool:
+        return self._update(name, next_fire=next_fire)
+
+    def _update(self, name: str, **changes: object) -> bool:
+        with self._lock:
+            record = self._records.get(name)
+            if record is None:
+                return False
+            self._records[name] = dataclasses.replace(record, version=record.version + 1,
+                                                      **changes)  # type: ignore[arg-type]
+            return True
+
+    def remove(self, name: str) -> bool:
+        with self._lock:
+            return self._records.pop(name, None) is not None
+
+    def get(self, name: str) -> ScheduleRecord | None:
+        with self._lock:
+            return self._records.get(name)
+
+    def records(self) -> list[ScheduleRecord]:
+        with self._lock:
+            return sorted(self._records.values(), key=lambda r: r.name)
+
+    def corrupt(self) -> list[tuple[str, str]]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def _maybe_due(record: ScheduleRecord, now: dt.datetime) -> bool:
+    """A cheap pre-filter: due, or holding a lease that has expired (to settle)."""
+    if record.running_fire is not None:
+        return record.lease_until is None or record.lease_until < now
+    if record.paused:
+        return False
+    return record.next_fire is not None and record.next_fire <= now
+
+
+def _due_key(record: ScheduleRecord) -> tuple[float, str]:
+    fire = record.running_fire or record.next_fire
+    return (fire.timestamp() if fire is not None else float("inf"), record.name)

@@ -1,0 +1,129 @@
+"""The ``missed`` policy of stored schedules: planning a claim, announcing a miss, resuming.
+
+The store loop (`executors._service.stored`) hands `plan` to the store's claim: it applies the
+``missed`` policy with the same pure function as memory schedules (`wallclock.decide`), inside
+the claim's conditional update, so it is applied once however many processes serve the store.
+A fire time still unclaimed `UNWATCHED_AFTER` after it came due passed unwatched (reason
+``"stopped"``), as in memory after a restart with ``since``: ``"skip"`` runs none of them. A
+group of missed fire times is announced once by the process that meets it (``"all"`` walks it
+over several claims). Resuming skips the fire times that passed while paused
+(`resume_record`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import TYPE_CHECKING
+
+from .events import RunMissed
+from .schedule_data import trigger_of
+from .store import Plan, ScheduleRecord, ScheduleStore
+from .wallclock import WALK_BOUND, decide
+
+if TYPE_CHECKING:
+    from .stored import StoreLoop
+    from .wallclock import Missed, TriggerLike
+
+__all__ = ("UNWATCHED_AFTER", "Decision", "announce_missed", "plan", "resume_record",
+           "trigger_for")
+
+logger = logging.getLogger("executors.service")
+
+#: A fire time still unclaimed this long (seconds, store clock) after it came due passed with
+#: no process serving it: every process claims a due record within `POLL`, so only a stop of
+#: them all, or a run holding the schedule past it, leaves one waiting longer.
+UNWATCHED_AFTER = 5.0
+#: The most triggers the loop keeps decoded (one per stored schedule is what it needs).
+_TRIGGERS_KEPT = 100_000
+
+#: A miss to announce: (missed, ran, first, last missed, reason, policy, truncated).
+Decision = tuple[int, int, dt.datetime, dt.datetime, str, str, bool]
+
+
+def trigger_for(loop: StoreLoop, record: ScheduleRecord) -> TriggerLike:
+    """`record`'s trigger, decoded once per definition (by its digest)."""
+    trigger = loop.triggers.get(record.digest)
+    if trigger is None:
+        trigger = trigger_of(record.definition.trigger)
+        if len(loop.triggers) >= _TRIGGERS_KEPT:
+            loop.triggers.clear()
+        loop.triggers[record.digest] = trigger
+    return trigger
+
+def plan(loop: StoreLoop, record: ScheduleRecord, now: dt.datetime) -> Plan:
+    """The ``missed`` policy on a due record, at the store's `now` (`wallclock.decide`)."""
+    options = record.definition.options
+    first = record.next_fire
+    assert first is not None
+    try:
+        trigger = trigger_for(loop, record)
+        policy: Missed = options.get("missed", "latest")  # type: ignore[assignment]
+        # Fire times left unclaimed past UNWATCHED_AFTER passed unwatched, up to now, as
+        # in memory after a restart with `since`: "skip" runs none of them (the store
+        # cannot see a stop, only that nobody claimed them in time).
+        at = now.timestamp()
+        unwatched = ("stopped", at) if at - first.timestamp() > UNWATCHED_AFTER else None
+        d = decide(trigger, first, trigger.next_after(first), at, policy,
+                   int(options.get("max_missed", 100)),  # type: ignore[call-overload]
+                   options.get("grace"), unwatched)  # type: ignore[arg-type]
+    except Exception:
+        logger.exception("%s: the trigger of stored schedule %r failed; it stops (no "
+                         "next fire time)", loop.name, record.name)
+        return Plan(None, None, 0)
+    key = (record.name, record.version + 1)
+    if policy == "all" and len(d.runs) > 1:
+        # One fire time per claim: the next claim takes the next one (a group of due
+        # fire times is walked once, here, and the rest stay due in the record).
+        plan = Plan(d.runs[0], d.runs[1], d.count - len(d.runs))
+    else:
+        plan = Plan(d.runs[-1] if d.runs else None, d.next_fire, d.count - len(d.runs))
+    loop.planned[key] = plan.next_fire
+    announced = loop.announced.get(record.name)
+    if d.missed and (announced is None or first > announced):
+        # Once a group: "all" walks it one claim at a time, and each later claim of the
+        # walk sees the rest of the group this process has announced already.
+        loop.announced[record.name] = d.last
+        loop.decisions[key] = (
+            d.missed, d.ran, first, d.last_missed, d.reason, policy, d.truncated)
+    return plan
+
+def announce_missed(loop: StoreLoop, name: str, decision: Decision | None) -> None:
+    if decision is None:
+        return
+    missed, ran, first, last, reason, policy, truncated = decision
+    logger.warning("schedule %r missed %s%d fire time(s) from %s to %s (%s); missed=%r "
+                   "ran %d of them", name, "at least " if truncated else "", missed,
+                   first.isoformat(), last.isoformat(), reason, policy, ran)
+    job = loop.jobs.get(name)
+    if job is not None and job._wall is not None:
+        job._wall.missed_count += missed
+        job._wall.missed_run += ran
+        job._wall.last_reason = reason
+    events = loop.scheduler.events
+    if RunMissed in events.wanted:
+        events.emit(RunMissed(name, missed, ran, first, last, reason, policy,
+                              truncated))
+
+
+def resume_record(store: ScheduleStore, name: str) -> tuple[bool, int]:
+    """Resume the stored schedule `name`: the fire times that passed while it was paused are
+    skipped by intent, as in memory (`wallclock.resume`): not run, not missed; it runs at its
+    next fire time after the store's now. ``(found, skipped)``; used by the service and by
+    ``executors schedules resume``."""
+    record = store.get(name)
+    if record is None:
+        return False, 0
+    skipped = 0
+    fire = record.next_fire
+    if record.paused and fire is not None:
+        now = store.now()
+        trigger = trigger_of(record.definition.trigger)
+        while fire is not None and fire <= now:
+            skipped += 1
+            # Past the walk's bound, straight to the first fire time after now.
+            fire = trigger.next_after(now if skipped >= WALK_BOUND else fire)
+        # Moved while still paused (no claim sees it in between), then resumed.
+        if skipped and not store.set_next_fire(name, fire):
+            return False, 0
+    return store.set_paused(name, False), skipped

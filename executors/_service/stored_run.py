@@ -1,0 +1,111 @@
+"""A stored schedule's job: its link to the store loop, and running one claimed fire time.
+
+The store loop (`executors._service.stored`) puts a `StoredRun` on the pool for each claim: it
+resolves the target (``"module:qualname"``), runs it as the declared job (or, for a schedule
+this process does not declare, a job made for it) with `executors.current_run()` set, and hands
+the run's end to the loop, which writes it to the store fenced by the claim.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal, final
+
+from .run_info import RunInfo
+from .schedule_data import resolve_target, trigger_of
+
+if TYPE_CHECKING:
+    from .job import Job
+    from .store import Claim, ScheduleDefinition
+    from .stored import StoreLoop
+    from .wallclock import TriggerLike
+
+__all__ = ("StoredLink", "StoredRun", "run_claim")
+
+logger = logging.getLogger("executors.service")
+
+
+@final
+class StoredLink:
+    """What a stored schedule's `Job` control methods call (they go to the store loop)."""
+
+    __slots__ = ("definition", "loop")
+
+    def __init__(self, loop: StoreLoop, definition: ScheduleDefinition) -> None:
+        self.loop = loop
+        self.definition = definition
+
+    def control(self, job: Job, action: Literal["pause", "resume", "run-now", "remove"]
+                ) -> None:
+        """A lock-free put: the store loop performs it (cancel is destructor-safe)."""
+        self.loop.post(("control", job._name, action))
+
+    def reschedule(self, job: Job, trigger: TriggerLike) -> None:
+        """Declare the schedule again with the new trigger (a changed definition)."""
+        definition = dataclasses.replace(self.definition, trigger=trigger.to_data())
+        self.definition = definition
+        assert job._wall is not None
+        job._wall.trigger = trigger
+        self.loop.declare(definition, job)
+
+
+def run_claim(loop: StoreLoop, claim: Claim) -> None:
+    """Run one claimed fire time (on a pool thread) and record its end."""
+    scheduler = loop.scheduler
+    definition = claim.definition
+    with loop.lock:
+        job = loop.jobs.get(claim.name)
+    try:
+        fn = resolve_target(definition.target)
+    except Exception as exc:
+        logger.error("%s: stored schedule %r: its target %s does not import here (%s)",
+                     loop.name, claim.name, definition.target, exc)
+        loop.complete(claim, f"error: {type(exc).__name__}: {exc}"[:500])
+        return
+    if job is None:
+        job = _undeclared_job(loop, claim.name, fn, definition)
+    clock = scheduler.clock
+    monotonic = scheduler.monotonic
+    start = monotonic()
+    # Lateness against the store's clock (the offset measured at the latest read).
+    lateness = clock.time() + loop.offset - claim.fire_time.timestamp()
+    call = functools.partial(fn, *definition.args, **definition.kwargs)
+    if job._wall is not None:
+        job._wall.last_fire = claim.fire_time
+    failed, _ = job._run_once(start, start - max(0.0, lateness), monotonic,
+                              RunInfo(claim.name, claim.fire_time, claim.attempt), call)
+    result = "ok" if not failed else f"error: {job._last_error}"[:500]
+    loop.complete(claim, result)
+    if failed and definition.options.get("on_error") == "stop":
+        job._stopped = True
+        loop.post(("control", claim.name, "pause"))
+
+
+def _undeclared_job(loop: StoreLoop, name: str, fn: Callable[..., object],
+                    definition: ScheduleDefinition) -> Job:
+    from .job import NO_PUBLIC_CONSTRUCTOR, Job
+    from .wallclock import WallState
+
+    trigger = trigger_of(definition.trigger)
+    wall = WallState(trigger, "latest", 100, None, None)
+    job = Job(NO_PUBLIC_CONSTRUCTOR, loop.scheduler, fn, (), name, float("inf"), 0.0, 0.0,
+              0.0, "continue", "skip", 0.0, False, "", wall)
+    job._stored = StoredLink(loop, definition)
+    return job
+
+
+@final
+class StoredRun:
+    """A pool work item: one claimed fire time."""
+
+    __slots__ = ("claim", "loop")
+
+    def __init__(self, loop: StoreLoop, claim: Claim) -> None:
+        self.loop = loop
+        self.claim = claim
+
+    def run(self) -> None:
+        run_claim(self.loop, self.claim)
