@@ -1,9 +1,12 @@
-"""Suite-wide fixtures: a test fails on any unhandled thread exception or unraisable exception."""
+"""Suite-wide fixtures: a test fails on any unhandled thread exception or unraisable exception,
+and on a non-daemon thread it started that outlives it."""
 
 from __future__ import annotations
 
 import sys
 import threading
+import time
+import traceback
 from collections.abc import Iterator
 from typing import Any
 
@@ -69,3 +72,35 @@ def background_exceptions(_fail_on_background_exceptions: _Collected) -> _Collec
     """The thread/unraisable exceptions of this test, for tests that provoke them on purpose."""
     _fail_on_background_exceptions.allowed = True
     return _fail_on_background_exceptions
+
+
+#: How long a test's own non-daemon threads may take to end once the test has returned (s).
+_THREAD_GRACE = 10.0
+
+
+@pytest.fixture(autouse=True)
+def _fail_on_leaked_threads() -> Iterator[None]:
+    """Fail the test if a non-daemon thread it started is still alive after it returned.
+
+    A thread left spinning by a failed test slows every later test of the run on a 2-core
+    machine, and a timing test far away then fails or times out instead of the one at fault
+    (and a non-daemon thread keeps the interpreter from exiting). Threads of session and
+    module fixtures started before the test; daemon threads (executors, loops the library
+    runs) end with the process by design and are checked by the tests that own them.
+    """
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + _THREAD_GRACE
+    leaked = []
+    for thread in threading.enumerate():
+        if thread in before or thread.daemon or thread is threading.current_thread():
+            continue
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            leaked.append(thread)
+    if leaked:
+        frames = sys._current_frames()
+        stacks = [f"{t.name}:\n" + "".join(traceback.format_stack(frames[t.ident]))
+                  for t in leaked if t.ident in frames]
+        pytest.fail(f"{len(leaked)} non-daemon thread(s) outlived the test:\n"
+                    + "\n".join(stacks), pytrace=False)

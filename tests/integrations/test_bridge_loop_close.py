@@ -235,14 +235,18 @@ def test_threads_busy_while_the_loop_stops_and_closes(loop_factory: LoopFactory,
     threads += [threading.Thread(target=thread_acquire, args=(p,)) for p in (sem, lock)]
     for t in threads:
         t.start()
-    wait_until(lambda: len(received) > 200, timeout=20)
-    lt.stop_and_close()
-    n = len(received)
-    wait_until(lambda: len(received) > n + 20, timeout=20)  # the threads carry on alone
-    stop.set()
-    for t in threads:
-        t.join(10)
-        assert not t.is_alive(), "a thread blocked"
+    try:
+        wait_until(lambda: len(received) > 200, timeout=20)
+        lt.stop_and_close()
+        n = len(received)
+        wait_until(lambda: len(received) > n + 20, timeout=20)  # the threads carry on alone
+    finally:
+        # Whatever failed above, the threads must not outlive the test: five of them spinning
+        # on 10 ms timeouts slow every later test of the run.
+        stop.set()
+        for t in threads:
+            t.join(10)
+    assert not any(t.is_alive() for t in threads), "a thread blocked"
     ch.close()
     while True:
         try:
