@@ -699,7 +699,10 @@ def test_placeholders_and_environment_reach_the_children(tmp_path: Path) -> None
     # `{{`/`}}`: literal braces for the shell's own ${VAR-default}.
     show = 'echo "$EXECUTORS_NAME|${{EXECUTORS_PUT_PID-unset}}|$EXECUTORS_OUTDIR|$0"'
     result = Coordinator(
-        spec("put", ["sh", "-c", show + "; exec sleep 30", "{name}"]),
+        # Ready once it has printed: the supporting process ends the run at once, and a
+        # loaded machine once stopped the process under test before its shell had echoed.
+        spec("put", ["sh", "-c", show + "; exec sleep 30", "{name}"],
+             ready=Ready.regex(r"^put\|")),
         [spec("s", ["sh", "-c", show, "{pid}:{name}:{outdir}"], ready=Ready.delay(0))],
         log_dir=logs, outdir=outdir,
     ).run()

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from helpers.forking import in_forked_child
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from executors import (
     BackgroundService,
@@ -798,3 +800,32 @@ def test_freezegun_freezes_user_code_not_the_schedule(services: list[BackgroundS
     assert all(now == frozen for now, _ in taken)
     fires = [fire for _, fire in taken]
     assert fires == sorted(set(fires)) and fires[0].year >= 2024
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    offset=st.floats(min_value=-0.5, max_value=200_000.0, allow_nan=False),
+    start=st.integers(min_value=0, max_value=400 * 86_400),
+    expression=st.sampled_from(["*/5 * * * * *", "30 2 * * *", "17 3-59/10 * * * *"]),
+    policy=st.sampled_from(["latest", "all", "skip"]),
+    grace=st.sampled_from([None, 0.0, 0.5, 2.0, 60.0]),
+    unwatched=st.sampled_from([None, "at wall", "before first", "at first"]),
+)
+def test_the_one_fire_time_fast_path_decides_what_the_walk_decides(
+        offset: float, start: int, expression: str, policy: wallclock.Missed,
+        grace: float | None, unwatched: str | None) -> None:
+    """`decide` skips the walk when one fire time is due and nothing was missed (every run
+    of every job takes that path): its decision is the walk's, field for field, for any
+    policy, grace, unwatched span and lateness (Berlin's DST days included)."""
+    trigger = Cron(expression, tz="Europe/Berlin")
+    base = datetime.datetime(2024, 1, 1, tzinfo=UTC) + datetime.timedelta(seconds=start)
+    first = trigger.next_after(base)
+    assert first is not None
+    nxt = trigger.next_after(first)
+    wall = first.timestamp() + offset
+    span = {None: None, "at wall": ("stopped", wall),
+            "before first": ("suspended", first.timestamp() - 1),
+            "at first": ("clock_jump", first.timestamp())}[unwatched]
+    fast = wallclock.decide(trigger, first, nxt, wall, policy, 5, grace, span)
+    walked = wallclock._decide_walked(trigger, first, nxt, wall, policy, 5, grace, span)
+    assert fast == walked

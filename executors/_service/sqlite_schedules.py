@@ -93,7 +93,7 @@ _UPDATE_STATE = ("UPDATE executors_schedules SET paused = ?, next_fire = ?, vers
 # the claim's token (`store.holds`): a control operation since the claim does not refuse it.
 _COMPLETE = ("UPDATE executors_schedules SET version = version + 1, owner = NULL, "
              "lease_until = NULL, running_fire = NULL, claim_token = NULL, "
-             "changed = {latest} + 1, state = json_set("
+             "changed = {changed}, state = json_set("
              "state, '$.counters.runs', COALESCE(json_extract(state, '$.counters.runs'), 0) + 1, "
              "'$.counters.failures', "
              "COALESCE(json_extract(state, '$.counters.failures'), 0) + ?, "
@@ -105,7 +105,9 @@ _COMPLETE = ("UPDATE executors_schedules SET version = version + 1, owner = NULL
 # The latest change stamp: the largest on a row (an index read) or the latest removal's.
 _LATEST = ("MAX((SELECT COALESCE(MAX(changed), 0) FROM executors_schedules), "
            "(SELECT CAST(value AS INTEGER) FROM executors_meta WHERE key = 'removed'))")
-_COMPLETE = _COMPLETE.format(latest=_LATEST)
+# A batch of completions shares one change stamp, taken once (as a claim's batch does).
+_COMPLETE_STAMPED = _COMPLETE.format(changed="?")
+_COMPLETE = _COMPLETE.format(changed=f"{_LATEST} + 1")
 #: How many parsed definitions and decoded rows a store keeps (one of each per schedule is
 #: what it needs).
 _KEPT = 100_000
@@ -323,31 +325,48 @@ class SQLiteScheduleStore:
 
     def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
               on_crash: Callable[[ScheduleRecord], OnCrash]) -> list[Claim]:
+        with self._write() as conn:
+            return self._claim_in(conn, owner, lease, limit, planner, on_crash)
+
+    def complete_and_claim(self, finished: list[tuple[Claim, str]], owner: str, *,
+                           lease: float, limit: int, planner: Planner,
+                           on_crash: Callable[[ScheduleRecord], OnCrash]
+                           ) -> tuple[list[bool], list[Claim]]:
+        """`complete_many(finished)`, then `claim(...)`, in one transaction: the store loop's
+        pass pays for one commit, not two (a commit costs more than a claimed row). Either
+        both are written or neither (the error propagates)."""
+        with self._write() as conn:
+            done = self._complete_in(conn, finished)
+            return done, self._claim_in(conn, owner, lease, limit, planner, on_crash)
+
+    def _claim_in(self, conn: sqlite3.Connection, owner: str, lease: float, limit: int,
+                  planner: Planner, on_crash: Callable[[ScheduleRecord], OnCrash]
+                  ) -> list[Claim]:
+        """The claim, inside the caller's write transaction."""
         claims: list[Claim] = []
         token = uuid.uuid4().hex  # the batch's: unique with each record's name
-        with self._write() as conn:
-            (seconds,) = conn.execute(f"SELECT {_NOW}").fetchone()
-            now = from_epoch(float(seconds))
-            # Due records first, then runs whose lease expired (to settle them once).
-            rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM executors_schedules "
-                "WHERE (paused = 0 AND running_fire IS NULL AND next_fire <= :now) "
-                "   OR (running_fire IS NOT NULL AND lease_until < :now) "
-                "ORDER BY COALESCE(running_fire, next_fire) LIMIT :limit",
-                {"now": to_epoch(now), "limit": limit}).fetchall()
-            changed = 0  # one counter value for the whole batch, taken at its first write
-            for row in rows:
-                try:
-                    record = self._decode(row)
-                except StoreFormatError:
-                    continue  # reported by corrupt(); the others still run
-                settled = settle_claim(record, owner, now, lease, planner, on_crash, token)
-                if settled is None:
-                    continue
-                changed = changed or self._bump(conn)
-                if self._put_state(conn, settled[0], record, row[10], changed) \
-                        and settled[1] is not None:
-                    claims.append(settled[1])
+        (seconds,) = conn.execute(f"SELECT {_NOW}").fetchone()
+        now = from_epoch(float(seconds))
+        # Due records first, then runs whose lease expired (to settle them once).
+        rows = conn.execute(
+            f"SELECT {_COLUMNS} FROM executors_schedules "
+            "WHERE (paused = 0 AND running_fire IS NULL AND next_fire <= :now) "
+            "   OR (running_fire IS NOT NULL AND lease_until < :now) "
+            "ORDER BY COALESCE(running_fire, next_fire) LIMIT :limit",
+            {"now": to_epoch(now), "limit": limit}).fetchall()
+        changed = 0  # one counter value for the whole batch, taken at its first write
+        for row in rows:
+            try:
+                record = self._decode(row)
+            except StoreFormatError:
+                continue  # reported by corrupt(); the others still run
+            settled = settle_claim(record, owner, now, lease, planner, on_crash, token)
+            if settled is None:
+                continue
+            changed = changed or self._bump(conn)
+            if self._put_state(conn, settled[0], record, row[10], changed) \
+                    and settled[1] is not None:
+                claims.append(settled[1])
         return claims
 
     def next_due(self) -> tuple[dt.datetime, dt.datetime | None]:
@@ -377,9 +396,17 @@ class SQLiteScheduleStore:
         """`complete` for each ``(claim, result)``, in one transaction (one commit for a
         batch of ended runs); each answer as `complete`'s."""
         with self._write() as conn:
-            return [conn.execute(_COMPLETE, (int(result != "ok"), result, claim.name,
-                                             claim.token)).rowcount == 1
-                    for claim, result in finished]
+            return self._complete_in(conn, finished)
+
+    def _complete_in(self, conn: sqlite3.Connection,
+                     finished: list[tuple[Claim, str]]) -> list[bool]:
+        """The completions, inside the caller's write transaction, under one change stamp."""
+        if not finished:
+            return []
+        changed = self._bump(conn)
+        return [conn.execute(_COMPLETE_STAMPED, (changed, int(result != "ok"), result,
+                                                 claim.name, claim.token)).rowcount == 1
+                for claim, result in finished]
 
     def _change(self, name: str, **changes: object) -> bool:
         with self._write() as conn:

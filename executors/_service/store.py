@@ -504,10 +504,13 @@ def settle_claim(record: ScheduleRecord, owner: str, now: dt.datetime, lease: fl
     if plan.run is None:
         return dataclasses.replace(record, next_fire=plan.next_fire, version=version,
                                    counters=counters), None
-    updated = dataclasses.replace(record, next_fire=plan.next_fire, version=version,
-                                  owner=owner, lease_until=lease_until,
-                                  running_fire=plan.run, attempt=1, counters=counters,
-                                  claim_token=token)
+    # The constructor, not dataclasses.replace: this is every claim's path, and replace
+    # costs twice as much.
+    updated = ScheduleRecord(
+        definition=record.definition, digest=record.digest, paused=record.paused,
+        next_fire=plan.next_fire, version=version, owner=owner, lease_until=lease_until,
+        running_fire=plan.run, attempt=1, counters=counters, last_fire=record.last_fire,
+        last_result=record.last_result, claim_token=token)
     return updated, Claim(record.name, plan.run, 1, version, lease_until, record.definition,
                           token)
 

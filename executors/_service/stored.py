@@ -152,6 +152,9 @@ class StoreLoop:
         self.finished: list[tuple[Claim, str]] = []
         self.complete_many: Callable[[list[tuple[Claim, str]]], list[bool]] | None = getattr(
             store, "complete_many", None)
+        # A store that writes the pass's completions and claims in one transaction (SQLite).
+        self.complete_and_claim: Callable[..., tuple[list[bool], list[Claim]]] | None = \
+            getattr(store, "complete_and_claim", None) if self.complete_many else None
         self.reported_lost: set[tuple[str, int]] = set()
         self.decisions: dict[tuple[str, int], Decision] = {}
         self.announced: dict[str, dt.datetime] = {}  # the latest fire time of a group announced
@@ -390,12 +393,16 @@ class StoreLoop:
             self._declare(definition, job)
             with self.lock:
                 self.to_declare.pop(definition.name, None)
-        self._write_finished()
+        if self.complete_and_claim is None:
+            self._write_finished()
         self._retry_completions()
         self._renew(monotonic())
         store = self.store
-        claims = store.claim(self.owner, lease=self.lease, limit=BATCH, planner=self.planner,
-                             on_crash=_on_crash)
+        if self.complete_and_claim is None:
+            claims = store.claim(self.owner, lease=self.lease, limit=BATCH,
+                                 planner=self.planner, on_crash=_on_crash)
+        else:
+            claims = self._write_finished(and_claim=True)
         decisions, self.decisions = self.decisions, {}
         planned, self.planned = self.planned, {}
         for claim in claims:
@@ -508,21 +515,31 @@ class StoreLoop:
         if next_fire is not None and next_fire <= min(self.wake_at, horizon):
             self.nudge()
 
-    def _write_finished(self) -> None:
-        """Write the completions the pool handed over, in one batch (see `complete`)."""
+    def _write_finished(self, *, and_claim: bool = False) -> list[Claim]:
+        """Write the completions the pool handed over, in one batch (see `complete`); with
+        `and_claim`, then the pass's claim, in the same transaction (`complete_and_claim`).
+        Returns the claims made."""
         with self.lock:
             pending, self.finished = self.finished, []
-        if not pending:
-            return
-        assert self.complete_many is not None
+        claims: list[Claim] = []
+        if not pending and not and_claim:
+            return claims
         try:
-            written = self.complete_many(pending)
+            if and_claim:
+                assert self.complete_and_claim is not None
+                written, claims = self.complete_and_claim(
+                    pending, self.owner, lease=self.lease, limit=BATCH, planner=self.planner,
+                    on_crash=_on_crash)
+            else:
+                assert self.complete_many is not None
+                written = self.complete_many(pending)
         except Exception:
             with self.lock:  # retried one at a time, and counted as waiting in status()
                 self.retry_completions.extend(pending)
             raise
         for (claim, _), done in zip(pending, written, strict=True):
             self._completed(claim, done)
+        return claims
 
     def _completed(self, claim: Claim, done: bool) -> None:
         if done:

@@ -58,8 +58,12 @@ def run_claim(loop: StoreLoop, claim: Claim) -> None:
     definition = claim.definition
     with loop.lock:
         job = loop.jobs.get(claim.name)
+    link = job._stored if job is not None else None
     try:
-        fn = resolve_target(definition.target)
+        if job is not None and link is not None and link.definition.target == definition.target:
+            fn = job._fn  # declared here: it imports back as itself (`target_of` checked)
+        else:
+            fn = resolve_target(definition.target)
     except Exception as exc:
         logger.error("%s: stored schedule %r: its target %s does not import here (%s)",
                      loop.name, claim.name, definition.target, exc)

@@ -364,6 +364,21 @@ def decide(trigger: TriggerLike, first: datetime.datetime, nxt: datetime.datetim
     Raises:
         ValueError: the trigger did not move forward (and whatever the trigger raises).
     """
+    if nxt is None or nxt.timestamp() > wall:
+        # One fire time due, the common case: what `_decide_walked` decides for a group of
+        # one when nothing was missed, without the walk (every run of every job comes here).
+        first_ts = first.timestamp()
+        if not (grace is not None and wall - first_ts > grace) and not (
+                unwatched is not None and first_ts <= unwatched[1]):
+            return Decision([first], 1, 0, 0, first, first, nxt, False, "behind")
+    return _decide_walked(trigger, first, nxt, wall, policy, max_missed, grace, unwatched)
+
+
+def _decide_walked(trigger: TriggerLike, first: datetime.datetime,
+                   nxt: datetime.datetime | None, wall: float, policy: Missed,
+                   max_missed: int, grace: float | None,
+                   unwatched: tuple[str, float] | None) -> Decision:
+    """`decide` for any group: walk it, then apply the policy."""
     keep = max_missed + 1 if policy == "all" else 1
     runs, count, prev, nxt, truncated = _walk(trigger, first, wall, nxt, keep)
     last = runs[-1]
