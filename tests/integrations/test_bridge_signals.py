@@ -20,7 +20,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 
 import pytest
@@ -124,20 +124,15 @@ class Campaign:
         # Held: give it back whatever happens, once. A KeyboardInterrupt out of release
         # without the "completed" note came before the release began: again. Every one caught
         # is kept (a second one may land while the first is examined, and only the first may
-        # carry the note). Two nested loops: an exception at the inner loop's backward jump is
-        # caught by the outer.
+        # carry the note). The storm never raises into this frame (see _storm): its loop and
+        # `except` clause run to the end.
         caught: list[BaseException] = []
         while True:
             try:
-                while True:
-                    try:
-                        if any(_completed(exc) for exc in caught):
-                            return
-                        prim.blocking.release()
-                        return
-                    except KeyboardInterrupt as exc:
-                        caught.append(exc)
-                        self.interrupts += 1
+                if any(_completed(exc) for exc in caught):
+                    return
+                prim.blocking.release()
+                return
             except KeyboardInterrupt as exc:
                 caught.append(exc)
                 self.interrupts += 1
@@ -216,61 +211,7 @@ def _run(factory: LoopFactory, seed: int, budget: float) -> Campaign:
     for t in threads:
         t.start()
 
-    rng = c.rng
-    storming = [True]
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        if not storming[0]:  # the storm is over: a last pending signal raises nothing
-            return
-        if sys.exc_info()[0] is KeyboardInterrupt:
-            # Raised while the main thread handles another one (in an `except` or `finally`):
-            # where, for the report of a failing run.
-            where, f = [], frame
-            while f is not None and len(where) < 4:
-                where.append(f"{f.f_code.co_name}:{f.f_lineno}")
-                f = f.f_back
-            c.nested.append(" < ".join(where))
-        signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.0002, 0.003))
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGALRM, interrupt)
-    # The collector's callbacks run in the main thread too, and a KeyboardInterrupt raised in
-    # one is reported as unraisable by CPython: the storm runs without those other libraries
-    # registered for good (hypothesis's, once any hypothesis test of the run has started).
-    gc_callbacks = gc.callbacks[:]
-    gc.callbacks.clear()
-    deadline = time.monotonic() + budget
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 0.001)
-        # Two nested loops (an exception raised at the inner loop's backward jump is caught by
-        # the outer one); the storm ends with the store of `storming`, made with no checkpoint
-        # after the deadline test: from then on the handler raises nothing.
-        while storming[0]:
-            try:
-                while storming[0]:
-                    try:
-                        while time.monotonic() < deadline:
-                            a, b = rng.sample(c.channels, 2)
-                            value = ("m", next(counter))
-                            op = rng.randrange(5)
-                            if op == 0:
-                                c.send(a, value)
-                            elif op == 1:
-                                c.get(a)
-                            elif op == 2:
-                                c.select(a, b, value)
-                            else:
-                                c.acquire_release(c.sem if op == 3 else c.lock)
-                        storming[0] = False
-                    except KeyboardInterrupt:
-                        c.interrupts += 1
-            except KeyboardInterrupt:
-                c.interrupts += 1
-    finally:
-        storming[0] = False
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-        gc.callbacks[:] = gc_callbacks
+    _storm(c, counter, budget)
     # Quiet now: stop the parties, close the channels, drain what is left.
     c.stop.set()
     for prim in (c.sem, c.lock):
@@ -306,6 +247,71 @@ def _run(factory: LoopFactory, seed: int, budget: float) -> Campaign:
             except (ChannelClosed, WouldBlock):
                 break
     return c
+
+
+def _storm(c: Campaign, counter: Iterator[int], budget: float) -> None:
+    """The main thread's sends, gets, selects, acquires and releases for `budget` seconds,
+    under the storm.
+
+    The handler never raises into this function's own frame nor into acquire_release's: their
+    `except` clauses and the `finally` are the harness. A KeyboardInterrupt escaping them
+    reaches pytest, which takes it for the user's and ends the session; and the timer, still
+    armed, kills the process at exit once Python has put SIGALRM's default action back (a CI
+    run ended so: "Alarm clock", exit 142). Interrupts still land everywhere below these
+    frames, in the library's own `except` and `finally` clauses too.
+    """
+    rng = c.rng
+    storming = True
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        if not storming:  # the storm is over: a last pending signal raises nothing
+            return
+        signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.0002, 0.003))
+        if frame is not None and frame.f_code in _HARNESS_CODE:
+            return
+        if sys.exc_info()[0] is KeyboardInterrupt:
+            # Raised while the main thread handles another one (in an `except` or `finally`):
+            # where, for the report of a failing run.
+            where, f = [], frame
+            while f is not None and len(where) < 4:
+                where.append(f"{f.f_code.co_name}:{f.f_lineno}")
+                f = f.f_back
+            c.nested.append(" < ".join(where))
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    # The collector's callbacks run in the main thread too, and a KeyboardInterrupt raised in
+    # one is reported as unraisable by CPython: the storm runs without those other libraries
+    # registered for good (hypothesis's, once any hypothesis test of the run has started).
+    gc_callbacks = gc.callbacks[:]
+    gc.callbacks.clear()
+    deadline = time.monotonic() + budget
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.001)
+        while time.monotonic() < deadline:
+            try:
+                a, b = rng.sample(c.channels, 2)
+                value = ("m", next(counter))
+                op = rng.randrange(5)
+                if op == 0:
+                    c.send(a, value)
+                elif op == 1:
+                    c.get(a)
+                elif op == 2:
+                    c.select(a, b, value)
+                else:
+                    c.acquire_release(c.sem if op == 3 else c.lock)
+            except KeyboardInterrupt:
+                c.interrupts += 1
+    finally:
+        storming = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        gc.callbacks[:] = gc_callbacks
+
+
+#: The frames the storm never raises into.
+_HARNESS_CODE = frozenset({_storm.__code__, Campaign.acquire_release.__code__})
 
 
 def _check(c: Campaign) -> None:
