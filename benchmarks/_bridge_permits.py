@@ -10,6 +10,10 @@
   counter with a FIFO of direct hand-offs (a thread's own lock, or one ``call_soon_threadsafe``
   per task), with no bookkeeping for cancellation, timeouts, re-entry or closed loops. The gap
   between ours and the floor is what those guarantees cost.
+- **shared semaphore contention on one CPU**: the same, with every thread of the process pinned
+  to one CPU (Linux). Wall clock is then CPU time and no wake-up waits for another virtual CPU,
+  so the ratio to the floor measures the cost of an acquisition, steady whatever the host's
+  state (the results' ``thread_wake_us``).
 - **loop lag under thread contention**: the p99 delay of a ``call_soon`` callback on a loop whose
   4 tasks contend with 4 threads on 2 permits: ours (`SharedSemaphore`), culsans (a queue of 2
   tokens: get = acquire, put = release), aiologic, and the floor above (the contention itself
@@ -28,11 +32,13 @@ Used as ``metrics.extend(_bridge_permits.metrics(quick, _portal))``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import resource
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import aiologic
@@ -45,6 +51,7 @@ from integrations.bridge import Portal, SharedSemaphore
 __all__ = (
     "metrics",
     "contention",
+    "contention_one_cpu",
     "loop_lag",
     "wakeups_per_call",
     "FloorSemaphore",
@@ -177,6 +184,37 @@ def contention(portal: Callable[[], Portal], kind: str, iters: int, clock: str =
     return lambda: _run_contention(portal(), kind, iters, clock=clock)[0]
 
 
+@contextlib.contextmanager
+def _one_cpu() -> Iterator[None]:
+    """Every thread of the process (and the threads they start) on one CPU, then back (a
+    thread started meanwhile keeps the one CPU: the benchmark's process is its own)."""
+    threads = [int(tid) for tid in os.listdir("/proc/self/task")]
+    before = {tid: os.sched_getaffinity(tid) for tid in threads}
+    cpu = {min(os.sched_getaffinity(0))}
+    for tid in threads:
+        os.sched_setaffinity(tid, cpu)
+    try:
+        yield
+    finally:
+        for tid, cpus in before.items():
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                os.sched_setaffinity(tid, cpus)
+
+
+def contention_one_cpu(portal: Callable[[], Portal], kind: str, iters: int) -> Sample | None:
+    """`contention` with every thread on one CPU: wall clock is then CPU time, and no wake-up
+    waits for another (possibly halted) virtual CPU. None where threads cannot be pinned."""
+    if not hasattr(os, "sched_setaffinity") or not os.path.isdir("/proc/self/task"):
+        return None
+
+    def sample() -> float:
+        target = portal()  # started (its loop thread too) before the pinning
+        with _one_cpu():
+            return _run_contention(target, kind, iters)[0]
+
+    return sample
+
+
 def loop_lag(portal: Callable[[], Portal], kind: str, iters: int) -> Sample:
     """p99 delay (us) of a ``call_soon`` callback on the loop while its tasks contend."""
     async def probe() -> float:
@@ -264,6 +302,15 @@ def metrics(quick: bool, portal: Callable[[], Portal]) -> list[Metric]:
             "floor": contention(portal, "floor", iters, "cpu"),
         }, floor="floor", note="the row above per CPU second of the whole process (every "
            "thread): the cost of an acquisition, whatever share of the machine a round got"),
+        # On one CPU the rate is the cost alone: every wake-up is a switch on the same CPU,
+        # never a wake-up of another virtual CPU (whose latency moves several-fold with the
+        # host, see the results' thread_wake_us), so the ratio to the floor is steady.
+        Metric("shared semaphore: 4 threads + 4 tasks, one CPU", "acquisitions/s", "higher", {
+            OURS: contention_one_cpu(portal, "ours", iters),
+            "aiologic": contention_one_cpu(portal, "aiologic", iters),
+            "floor": contention_one_cpu(portal, "floor", iters),
+        }, floor="floor", note="the first row with every thread of the process pinned to one "
+           "CPU: wall clock is CPU time, and the steady measure of an acquisition's cost"),
         Metric("loop lag under thread contention (p99)", "us", "lower", {
             OURS: loop_lag(portal, "ours", iters),
             "culsans": loop_lag(portal, "culsans", iters),

@@ -14,6 +14,7 @@ import os
 import platform
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,7 +25,8 @@ from typing import cast
 from executors._cli._bench_report import OURS, AreaResult, area_table, spreads
 from executors._cli._words import plural
 
-__all__ = ("OURS", "RESULTS_DIR", "Metric", "measure", "parse_args", "quick_mode", "run_area")
+__all__ = ("OURS", "RESULTS_DIR", "Metric", "measure", "parse_args", "quick_mode", "run_area",
+           "thread_wake_us")
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -104,16 +106,49 @@ def measure(metric: Metric, rounds: int) -> dict[str, object]:
     return _summary(metric, samples)
 
 
+def thread_wake_us(round_trips: int = 2_000) -> float:
+    """The machine's state, for the results file: the median time (us) of a raw-lock ping-pong
+    between two threads (each round trip is two cross-thread wake-ups), over 5 tries.
+
+    On this kind of virtual machine it moves several-fold with the host's state (a halted
+    virtual CPU waits for the host to wake it up), and every wall-clock figure that chains
+    thread wake-ups moves with it: a figure is published with the state it was measured in.
+    """
+    def once() -> float:
+        ping, pong = threading.Lock(), threading.Lock()
+        ping.acquire()
+        pong.acquire()
+
+        def other() -> None:
+            for _ in range(round_trips):
+                ping.acquire()
+                pong.release()
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        start = time.perf_counter()
+        for _ in range(round_trips):
+            ping.release()
+            pong.acquire()
+        spent = time.perf_counter() - start
+        thread.join()
+        return spent / round_trips * 1e6
+
+    return statistics.median(once() for _ in range(5))
+
+
 def run_area(area: str, metrics: Callable[[bool], list[Metric]], argv: Sequence[str] | None = None,
              default_rounds: int = 5, quick_rounds: int = 1) -> list[dict[str, object]]:
     """Measure every metric (interleaved rounds), print a markdown table, write JSON."""
     args = parse_args(area, argv)
     rounds = args.rounds or (quick_rounds if args.quick else default_rounds)
     started = time.time()
+    wake_before = thread_wake_us()
     results = []
     for metric in metrics(args.quick):
         print(f"[{area}] {metric.name} ...", file=sys.stderr, flush=True)
         results.append(measure(metric, rounds))
+    wake_after = thread_wake_us()
     payload: dict[str, object] = {
         "area": area,
         "quick": args.quick,
@@ -122,11 +157,14 @@ def run_area(area: str, metrics: Callable[[bool], list[Metric]], argv: Sequence[
         "machine": platform.machine(),
         "started": started,
         "seconds": time.time() - started,
+        # The machine's state (see thread_wake_us), before and after the metrics.
+        "thread_wake_us": [wake_before, wake_after],
         "metrics": results,
     }
     table = payload["table"] = area_table(cast(AreaResult, payload))
     print(f"\n## {area} ({'quick' if args.quick else 'full'}, {plural(rounds, 'round')}, "
-          f"Python {platform.python_version()})\n")
+          f"Python {platform.python_version()}; thread ping-pong {wake_before:.1f} us before, "
+          f"{wake_after:.1f} us after)\n")
     print(table)
     if not args.no_write:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -69,3 +71,35 @@ def test_scheduler_benchmark_measures_both_schedulers_and_every_walk(tmp_path: P
                                           "cronsim (naive)"}
         assert metric["floor"] == "cronsim (naive)"
         assert "executors " in metric["note"] and "cronsim " in metric["note"], metric["note"]
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or not os.path.isdir("/proc/self/task"),
+                    reason="pins threads through Linux's /proc/self/task and sched_setaffinity")
+@pytest.mark.timeout(120)
+def test_one_cpu_contention_pins_every_thread_then_puts_them_back() -> None:
+    """The one-CPU semaphore row runs every thread of the process, the portal's loop thread
+    included, on one CPU while it measures, and gives each thread its CPUs back after."""
+    from benchmarks import _bridge_permits
+    from integrations.bridge import Portal
+
+    def affinities(only: Iterable[int] | None = None) -> dict[int, set[int]]:
+        tids = [int(tid) for tid in os.listdir("/proc/self/task")] if only is None else only
+        return {tid: os.sched_getaffinity(tid) for tid in tids}
+
+    with Portal() as portal:
+        before = affinities()
+        seen: list[set[int]] = []
+
+        async def loop_cpus() -> None:
+            seen.append(os.sched_getaffinity(0))  # on the portal's loop thread
+
+        with _bridge_permits._one_cpu():
+            portal.call(loop_cpus)
+            assert len({frozenset(cpus) for cpus in affinities().values()}) == 1
+            assert len(seen[0]) == 1 and all(len(c) == 1 for c in affinities().values())
+        # (A thread started elsewhere while they were pinned, a harness's timer say, keeps
+        # the one CPU: the benchmark's process is its own.)
+        assert affinities(before) == before
+        sample = _bridge_permits.contention_one_cpu(lambda: portal, "ours", 50)
+        assert sample is not None and sample() > 0
+        assert affinities(before) == before

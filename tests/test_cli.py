@@ -86,6 +86,30 @@ def test_bench_counts_rounds_in_proper_english(tmp_path: Path,
     assert "quick run, 1 round, Python 3.11.7" in page and "round(s)" not in page, page
 
 
+def test_results_carry_the_machine_state_and_the_page_shows_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run records two threads' raw-lock ping-pong before and after its metrics (issue 23: a
+    figure that depends on the machine's state is published with that state); the page says
+    it, and a file written before the state was recorded renders without it."""
+    from benchmarks import _harness
+
+    metric = _harness.Metric("noop", "ms", "lower", {_bench_report.OURS: lambda: 1.0})
+    written = tmp_path / "toy.json"
+    _harness.run_area("toy", lambda quick: [metric], argv=["--quick", "--json", str(written)])
+    before, after = json.loads(written.read_text())["thread_wake_us"]
+    assert 0 < before < 1e6 and 0 < after < 1e6
+    heading = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("##"))
+    assert f"thread ping-pong {before:.1f} us before, {after:.1f} us after" in heading, heading
+    results, out = tmp_path / "results", tmp_path / "docs"
+    results.mkdir()
+    (results / "toy.json").write_text(json.dumps({**_result(), "thread_wake_us": [151.7, 67.4]}))
+    (results / "old.json").write_text(json.dumps({**_result(), "area": "old"}))
+    _bench_report.render_all(results, out, charts=False)
+    assert ("two threads' raw-lock ping-pong 152 us per round trip before, 67 us after"
+            in (out / "toy.md").read_text())
+    assert "ping-pong" not in (out / "old.md").read_text()
+
+
 def test_render_removes_pages_of_areas_without_results(tmp_path: Path) -> None:
     """With prune (the repository's docs), a page whose results file is gone is deleted, so the
     docs never show a stale area; without it (a user's folder) nothing of theirs is."""

@@ -149,6 +149,9 @@ class AreaResult(TypedDict):
     machine: str
     started: float
     seconds: float
+    # The machine's state: a raw-lock ping-pong between two threads, us per round trip, before
+    # and after the metrics (absent from files written before it was recorded).
+    thread_wake_us: NotRequired[list[float]]
     metrics: list[MetricResult]
 
 
@@ -230,8 +233,13 @@ def area_table(result: AreaResult) -> str:
 def _run_line(result: AreaResult) -> str:
     when = datetime.datetime.fromtimestamp(result["started"], datetime.UTC)
     mode = "quick" if result["quick"] else "full"
-    return (f"{mode} run, {plural(result['rounds'], 'round')}, Python {result['python']} on "
+    line = (f"{mode} run, {plural(result['rounds'], 'round')}, Python {result['python']} on "
             f"{result['machine']}, {when:%Y-%m-%d %H:%M} UTC, {result['seconds']:.0f} s")
+    wake = result.get("thread_wake_us")
+    if wake:
+        line += (f"; two threads' raw-lock ping-pong {wake[0]:.0f} us per round trip before, "
+                 f"{wake[-1]:.0f} us after")
+    return line
 
 
 def _chart(result: AreaResult, path: Path) -> None:

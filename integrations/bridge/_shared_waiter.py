@@ -82,7 +82,7 @@ import threading
 from collections.abc import Callable
 from typing import ClassVar, Final, Protocol, final
 
-from ._waker import owed_set, running_loop, waker_for
+from ._waker import last_waker, owed_set, running_loop, waker_for
 
 __all__ = ("SharedWaiter", "SharedThreadWaiter", "SharedTaskWaiter", "UNSET", "Owner",
            "wake_or_hold", "hold", "raise_held", "held", "drop_held", "note_completed", "finish",
@@ -329,7 +329,10 @@ class SharedThreadWaiter(SharedWaiter):
         """
         parked = self._parked
         try:
-            if parked.acquire(True, -1 if timeout is None else max(timeout, 0.0)):
+            if timeout is None:
+                if parked.acquire():
+                    return True
+            elif parked.acquire(True, max(timeout, 0.0)):
                 return True
         except BaseException:
             self.settle()
@@ -385,9 +388,19 @@ class SharedTaskWaiter(SharedWaiter):
         loop = asyncio.get_running_loop()
         self._loop = loop
         self.future: asyncio.Future[None] = loop.create_future()
-        waker = self.waker = waker_for(loop)
+        # `waker_for` and `owed_set`, their common case inlined (a task parks on every
+        # contended acquire: two Python calls are a measurable share of that path).
+        waker = last_waker[0]
+        if waker is None or waker._loop_ref() is not loop:
+            waker = waker_for(loop)
+        self.waker = waker
         self.owner = owner
-        self._owed = owed_set(waker, loop) if owner is not None else None
+        if owner is None:
+            self._owed = None
+        else:
+            ref = waker._sentinel
+            sentinel = ref() if ref is not None else None
+            self._owed = sentinel.owed if sentinel is not None else owed_set(waker, loop)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:

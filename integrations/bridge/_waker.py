@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Final, final
 if TYPE_CHECKING:
     from ._shared_waiter import SharedTaskWaiter
 
-__all__ = ("LoopWaker", "waker_for", "owed_set", "running_loop")
+__all__ = ("LoopWaker", "waker_for", "owed_set", "running_loop", "last_waker")
 
 
 def _running_loop_or_none() -> asyncio.AbstractEventLoop | None:
@@ -244,7 +244,7 @@ _wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWaker] = (
 _wakers_lock = threading.Lock()
 #: The waker last looked up (any thread's). A waker holds its loop and its batch weakly, so this
 #: keeps nothing alive; a stale entry only misses (its loop is another one, or collected).
-_last: list[LoopWaker | None] = [None]
+last_waker: list[LoopWaker | None] = [None]
 
 
 def waker_for(loop: asyncio.AbstractEventLoop) -> LoopWaker:
@@ -254,7 +254,7 @@ def waker_for(loop: asyncio.AbstractEventLoop) -> LoopWaker:
     Call it on the loop's own thread when a task parks, and keep the result on the waiter: the
     thread that later resumes the task then needs no lookup.
     """
-    last = _last[0]  # one attribute read: the common case is one loop parking over and over
+    last = last_waker[0]  # one attribute read: the common case is one loop parking over and over
     if last is not None and last._loop_ref() is loop:
         return last
     waker = _wakers.get(loop)  # a WeakKeyDictionary lookup makes a weakref per call
@@ -263,5 +263,5 @@ def waker_for(loop: asyncio.AbstractEventLoop) -> LoopWaker:
             waker = _wakers.get(loop)
             if waker is None:
                 waker = _wakers[loop] = LoopWaker(loop)
-    _last[0] = waker
+    last_waker[0] = waker
     return waker
