@@ -3,7 +3,8 @@
 `metrics(quick, portal)` returns the metrics `benchmarks.bridge` adds to its list:
 
 - **shared semaphore contention**: 4 threads and 4 tasks (tasks on the portal's loop, holding
-  the permit across one ``sleep(0)``) take turns on a semaphore of 2 permits, per wall-clock
+  the permit across one ``sleep(0)``) take turns on a semaphore of 2 permits, all of them in
+  line from the first hand-off (the permits are held until every party waits), per wall-clock
   second and per CPU second of the process (the cost, steady whatever share of the machine a
   round got): ours (`SharedSemaphore`, one strict FIFO for threads and tasks, no loop round trip
   for threads), aiologic's ``Semaphore``, and the floor: a bare ``threading.Lock``-guarded
@@ -118,21 +119,24 @@ class FloorSemaphore:
 
 
 def _primitive(kind: str) -> tuple[Callable[[], None], Callable[[], Awaitable[None]],
-                                   Callable[[], None]]:
-    """(thread acquire, task acquire, release) of a fresh primitive of `kind`."""
+                                   Callable[[], None], Callable[[], int]]:
+    """(thread acquire, task acquire, release, parties waiting) of a fresh primitive of
+    `kind`."""
     if kind == "ours":
         sem = SharedSemaphore(PERMITS)
-        return sem.blocking.acquire, sem.acquire, sem.release
+        return (sem.blocking.acquire, sem.acquire, sem.release,
+                lambda: sem.statistics().waiting)
     if kind == "aiologic":
         peer = aiologic.Semaphore(PERMITS)
-        return peer.green_acquire, peer.async_acquire, peer.release
+        return peer.green_acquire, peer.async_acquire, peer.release, lambda: peer.waiting
     if kind == "culsans":
         queue: Any = culsans.Queue(PERMITS)
         for _ in range(PERMITS):
             queue.sync_q.put_nowait(None)
-        return queue.sync_q.get, queue.async_q.get, lambda: queue.sync_q.put_nowait(None)
+        return (queue.sync_q.get, queue.async_q.get, lambda: queue.sync_q.put_nowait(None),
+                lambda: queue.getting)
     floor = FloorSemaphore(PERMITS)
-    return floor.acquire_thread, floor.acquire_task, floor.release
+    return floor.acquire_thread, floor.acquire_task, floor.release, lambda: len(floor._line)
 
 
 def _cpu_seconds() -> float:
@@ -146,8 +150,17 @@ def _run_contention(
     clock: str = "wall",
 ) -> tuple[float, float]:
     """4 threads + 4 tasks, `iters` acquisitions each: (acquisitions per second of `clock`,
-    "wall" or "cpu" (of the process), probe's result)."""
-    acquire_thread, acquire_task, release = _primitive(kind)
+    "wall" or "cpu" (of the process), probe's result).
+
+    The start is fair: this thread holds every permit until all 8 parties wait in line, then
+    releases them, and the clock starts there. Started one by one instead, a thread could run
+    its whole loop alone before the others (or the tasks) came (a free permit, no hand-off, no
+    switch: 2,000 acquisitions fit in one GIL switch interval), and a round measured that.
+    """
+    acquire_thread, acquire_task, release, waiting = _primitive(kind)
+    for _ in range(PERMITS):
+        acquire_thread()
+    go: list[asyncio.Future[None]] = []  # the probe starts with the contention
 
     async def task() -> None:
         for _ in range(iters):
@@ -163,18 +176,32 @@ def _run_contention(
             release()
 
     async def tasks() -> float:
+        go.append(asyncio.get_running_loop().create_future())
         work = asyncio.gather(*(task() for _ in range(TASKS)))
-        result = await probe() if probe is not None else 0.0
+        result = 0.0
+        if probe is not None:
+            await go[0]
+            result = await probe()
         await work
         return result
 
-    cpu, start = _cpu_seconds(), time.perf_counter()
     with ThreadGroup() as group:
         future = portal.start_task_soon(tasks)
         for _ in range(THREADS):
             group.start(thread)
+        deadline = time.monotonic() + 30
+        while waiting() < THREADS + TASKS and time.monotonic() < deadline:
+            time.sleep(0.001)
+        parked = waiting()
+        cpu, start = _cpu_seconds(), time.perf_counter()
+        for _ in range(PERMITS):
+            release()
+        if go:
+            portal.loop.call_soon_threadsafe(go[0].set_result, None)
     probed = future.result()
     spent = _cpu_seconds() - cpu if clock == "cpu" else time.perf_counter() - start
+    if parked != THREADS + TASKS:
+        raise RuntimeError(f"{kind}: {parked} of {THREADS + TASKS} parties waited at the start")
     return (THREADS + TASKS) * iters / spent, probed
 
 
@@ -188,11 +215,14 @@ def contention(portal: Callable[[], Portal], kind: str, iters: int, clock: str =
 def _one_cpu() -> Iterator[None]:
     """Every thread of the process (and the threads they start) on one CPU, then back (a
     thread started meanwhile keeps the one CPU: the benchmark's process is its own)."""
-    threads = [int(tid) for tid in os.listdir("/proc/self/task")]
-    before = {tid: os.sched_getaffinity(tid) for tid in threads}
+    before: dict[int, set[int]] = {}
+    for tid in map(int, os.listdir("/proc/self/task")):
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended since the listing
+            before[tid] = os.sched_getaffinity(tid)
     cpu = {min(os.sched_getaffinity(0))}
-    for tid in threads:
-        os.sched_setaffinity(tid, cpu)
+    for tid in before:
+        with contextlib.suppress(ProcessLookupError):  # one that ended since
+            os.sched_setaffinity(tid, cpu)
     try:
         yield
     finally:

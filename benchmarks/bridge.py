@@ -366,10 +366,15 @@ def _semaphore(kind: str) -> tuple[Any, Any]:
 
 
 def contention(kind: str, iters: int) -> Sample:
-    """Acquisitions/s of 4 threads + 4 tasks (tasks hold it across one sleep(0)) on 2 permits."""
+    """Acquisitions/s of 4 threads + 4 tasks (tasks hold it across one sleep(0)) on 2 permits,
+    from a fair start (as `benchmarks._bridge_permits`: the permits are held until all 8
+    parties wait, so no party runs its loop alone before the others come)."""
     def sample() -> float:
         portal = _portal()
         for_tasks, for_threads = _semaphore(kind)
+
+        async def waiting() -> int:  # read on the loop: the loop-only semaphore is its own
+            return for_tasks.statistics().waiting  # type: ignore[no-any-return]
 
         async def task() -> None:
             for _ in range(iters):
@@ -381,11 +386,18 @@ def contention(kind: str, iters: int) -> Sample:
                 with for_threads:
                     pass
 
-        start = time.perf_counter()
+        for _ in range(PERMITS):
+            for_threads.acquire()
         with ThreadGroup() as group:
             futures = [portal.start_task_soon(task) for _ in range(TASKS)]
             for _ in range(THREADS):
                 group.start(thread)
+            deadline = time.monotonic() + 30
+            while portal.call(waiting) < THREADS + TASKS and time.monotonic() < deadline:
+                time.sleep(0.001)
+            start = time.perf_counter()
+            for _ in range(PERMITS):
+                for_threads.release()
         for f in futures:
             f.result()
         return (THREADS + TASKS) * iters / (time.perf_counter() - start)

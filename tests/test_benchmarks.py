@@ -103,3 +103,28 @@ def test_one_cpu_contention_pins_every_thread_then_puts_them_back() -> None:
         sample = _bridge_permits.contention_one_cpu(lambda: portal, "ours", 50)
         assert sample is not None and sample() > 0
         assert affinities(before) == before
+
+
+@pytest.mark.timeout(120)
+def test_contention_starts_with_every_party_in_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The semaphore rows measure contention from the first acquisition: the permits are held
+    until the 4 threads and 4 tasks all wait, then released. (Started one by one, a thread ran
+    its whole loop alone before the tasks came, and a round measured no contention.)"""
+    from benchmarks import _bridge_permits
+    from integrations.bridge import Portal
+
+    first_release: list[int] = []
+
+    class Recording(_bridge_permits.FloorSemaphore):
+        def release(self) -> None:
+            if not first_release:
+                first_release.append(len(self._line))
+            super().release()
+
+    monkeypatch.setattr(_bridge_permits, "FloorSemaphore", Recording)
+    with Portal() as portal:
+        rate, _ = _bridge_permits._run_contention(portal, "floor", 50)
+        for kind in ("ours", "aiologic", "culsans"):  # each kind's count of waiting parties
+            assert _bridge_permits._run_contention(portal, kind, 50)[0] > 0, kind
+    assert first_release == [_bridge_permits.THREADS + _bridge_permits.TASKS]
+    assert rate > 0
