@@ -270,8 +270,16 @@ def _cpu_seconds() -> float:
 
 #: What a messaging sample divides the message count by: "wall" seconds (msgs/s), "cpu"
 #: seconds of the process (msgs per CPU second: the cost, whatever share of the machine the
-#: round got), or "wakes" (the loop's cross-thread wake-ups per message, self-pipe writes).
-CLOCKS = ("wall", "cpu", "wakes")
+#: round got), or "wakes" (the loop's cross-thread wake-ups per message, self-pipe writes), or
+#: "switches" (the process's context switches per message, every thread's: each is a thread
+#: that blocked, on the queue or on the GIL, and was woken).
+CLOCKS = ("wall", "cpu", "wakes", "switches")
+
+
+def _switches() -> int:
+    """Context switches of the whole process so far (voluntary and involuntary)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nvcsw + usage.ru_nivcsw
 
 
 def _messages(n: int, clock: str, run: Callable[[], None]) -> float:
@@ -287,7 +295,7 @@ def _messages(n: int, clock: str, run: Callable[[], None]) -> float:
             original()
 
         loop._write_to_self = counting  # type: ignore[attr-defined]
-    cpu, start = _cpu_seconds(), time.perf_counter()
+    switches, cpu, start = _switches(), _cpu_seconds(), time.perf_counter()
     try:
         run()
     finally:
@@ -295,6 +303,8 @@ def _messages(n: int, clock: str, run: Callable[[], None]) -> float:
             del loop._write_to_self  # type: ignore[attr-defined]
     if clock == "wakes":
         return writes[0] / n
+    if clock == "switches":
+        return (_switches() - switches) / n
     if clock == "cpu":
         return n / (_cpu_seconds() - cpu)
     return n / (time.perf_counter() - start)
@@ -443,8 +453,10 @@ def metrics(quick: bool) -> list[Metric]:
                                  ("task->thread", task_to_thread_peer))
           for size, kind in ((QUEUE_SIZE, "SharedChannel"), (1, "SharedChannel"))],
         # Why the size-64 wall-clock ratio varies from run to run: the same transfers per CPU
-        # second of the process (the cost, whatever share of the machine a round got), and the
-        # loop's cross-thread wake-ups per message (the batching).
+        # second of the process (the cost, whatever share of the machine a round got), the
+        # loop's cross-thread wake-ups per message (the batching), and the thread switches per
+        # message: a cost per switch that is the same to ours and the peers and grows with the
+        # machine's wake-up latency, so the larger it is, the nearer 1 the ratio.
         *[Metric(f"{direction} messages, SharedChannel({QUEUE_SIZE}), {what}", unit, better, {
             OURS: run("SharedChannel", messages, QUEUE_SIZE, clock),
             "janus": run("janus", messages, QUEUE_SIZE, clock),
@@ -458,7 +470,11 @@ def metrics(quick: bool) -> list[Metric]:
                ("messages per CPU second of the whole process (both threads): the cost of a "
                 "message, independent of the share of the machine a round got")),
               ("loop wake-ups", "wake-ups/msg", "lower", "wakes",
-               "self-pipe writes to the loop per message (cross-thread wake-ups)"))],
+               "self-pipe writes to the loop per message (cross-thread wake-ups)"),
+              ("thread switches", "switches/msg", "lower", "switches",
+               ("context switches of the whole process per message (a thread blocked on the "
+                "queue or the GIL, then woken): each costs CPU time that moves with the "
+                "machine's state (the results' thread_wake_us), the same to every column")))],
         *[Metric(f"{direction} messages, Queue({QUEUE_SIZE}) vs janus", "msgs/s", "higher", {
             OURS: run("Queue", messages, QUEUE_SIZE),
             "janus": run("janus", messages, QUEUE_SIZE),

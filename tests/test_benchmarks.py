@@ -128,3 +128,16 @@ def test_contention_starts_with_every_party_in_line(monkeypatch: pytest.MonkeyPa
             assert _bridge_permits._run_contention(portal, kind, 50)[0] > 0, kind
     assert first_release == [_bridge_permits.THREADS + _bridge_permits.TASKS]
     assert rate > 0
+
+
+@pytest.mark.timeout(120)
+def test_message_rows_count_the_process_thread_switches() -> None:
+    """The "thread switches" rows divide the process's context switches by the messages: a
+    task and a thread that pass 2,000 values through a SharedChannel(64) block and wake each
+    other (at least once: the getter starts on an empty channel), far less than once per
+    message (the buffer lets each side run a burst)."""
+    from benchmarks import bridge
+
+    assert "switches" in bridge.CLOCKS
+    per_message = bridge.task_to_thread_peer("SharedChannel", 2_000, 64, "switches")()
+    assert 0 < per_message < 1, per_message
