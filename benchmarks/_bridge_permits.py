@@ -15,6 +15,8 @@
   to one CPU (Linux). Wall clock is then CPU time and no wake-up waits for another virtual CPU,
   so the ratio to the floor measures the cost of an acquisition, steady whatever the host's
   state (the results' ``thread_wake_us``).
+- **thread switches per acquisition** in the first row's run: every switch is a thread that
+  blocked and was woken, a cost set by the machine, the same to every column.
 - **loop lag under thread contention**: the p99 delay of a ``call_soon`` callback on a loop whose
   4 tasks contend with 4 threads on 2 permits: ours (`SharedSemaphore`), culsans (a queue of 2
   tokens: get = acquire, put = release), aiologic, and the floor above (the contention itself
@@ -145,12 +147,19 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _switches() -> int:
+    """Context switches of the whole process so far (voluntary and involuntary)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nvcsw + usage.ru_nivcsw
+
+
 def _run_contention(
     portal: Portal, kind: str, iters: int, probe: Callable[[], Awaitable[float]] | None = None,
     clock: str = "wall",
 ) -> tuple[float, float]:
     """4 threads + 4 tasks, `iters` acquisitions each: (acquisitions per second of `clock`,
-    "wall" or "cpu" (of the process), probe's result).
+    "wall" or "cpu" (of the process), or, for "switches", the process's context switches per
+    acquisition; probe's result).
 
     The start is fair: this thread holds every permit until all 8 parties wait in line, then
     releases them, and the clock starts there. Started one by one instead, a thread could run
@@ -193,21 +202,25 @@ def _run_contention(
         while waiting() < THREADS + TASKS and time.monotonic() < deadline:
             time.sleep(0.001)
         parked = waiting()
-        cpu, start = _cpu_seconds(), time.perf_counter()
+        switches, cpu, start = _switches(), _cpu_seconds(), time.perf_counter()
         for _ in range(PERMITS):
             release()
         if go:
             portal.loop.call_soon_threadsafe(go[0].set_result, None)
     probed = future.result()
     spent = _cpu_seconds() - cpu if clock == "cpu" else time.perf_counter() - start
+    switched = _switches() - switches
     if parked != THREADS + TASKS:
         raise RuntimeError(f"{kind}: {parked} of {THREADS + TASKS} parties waited at the start")
+    if clock == "switches":
+        return switched / ((THREADS + TASKS) * iters), probed
     return (THREADS + TASKS) * iters / spent, probed
 
 
 def contention(portal: Callable[[], Portal], kind: str, iters: int, clock: str = "wall") -> Sample:
-    """Acquisitions per second (`clock` "wall") or per CPU second of the process ("cpu") of 4
-    threads + 4 tasks on 2 permits of `kind` (ours, aiologic, floor)."""
+    """Acquisitions per second (`clock` "wall") or per CPU second of the process ("cpu"), or
+    the process's context switches per acquisition ("switches"), of 4 threads + 4 tasks on 2
+    permits of `kind` (ours, aiologic, floor)."""
     return lambda: _run_contention(portal(), kind, iters, clock=clock)[0]
 
 
@@ -341,6 +354,16 @@ def metrics(quick: bool, portal: Callable[[], Portal]) -> list[Metric]:
             "floor": contention_one_cpu(portal, "floor", iters),
         }, floor="floor", note="the first row with every thread of the process pinned to one "
            "CPU: wall clock is CPU time, and the steady measure of an acquisition's cost"),
+        # Every switch is a thread that blocked and was woken: its cost is the machine's (the
+        # results' thread_wake_us), the same to every column. Strict FIFO makes a thread
+        # that releases and acquires again wait its turn, so the floor switches too.
+        Metric("shared semaphore: 4 threads + 4 tasks, thread switches", "switches/acquisition",
+               "lower", {
+            OURS: contention(portal, "ours", iters, "switches"),
+            "aiologic": contention(portal, "aiologic", iters, "switches"),
+            "floor": contention(portal, "floor", iters, "switches"),
+        }, floor="floor", note="context switches of the whole process per acquisition in the "
+           "first row's run (a thread blocked, on the semaphore or the GIL, then woken)"),
         Metric("loop lag under thread contention (p99)", "us", "lower", {
             OURS: loop_lag(portal, "ours", iters),
             "culsans": loop_lag(portal, "culsans", iters),

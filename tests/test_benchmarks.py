@@ -126,8 +126,12 @@ def test_contention_starts_with_every_party_in_line(monkeypatch: pytest.MonkeyPa
         rate, _ = _bridge_permits._run_contention(portal, "floor", 50)
         for kind in ("ours", "aiologic", "culsans"):  # each kind's count of waiting parties
             assert _bridge_permits._run_contention(portal, kind, 50)[0] > 0, kind
+        switches, _ = _bridge_permits._run_contention(portal, "floor", 50, clock="switches")
     assert first_release == [_bridge_permits.THREADS + _bridge_permits.TASKS]
     assert rate > 0
+    # Strict FIFO: a thread that releases while others wait must wait its turn to acquire
+    # again, so the 4 threads block (and are woken) on most of their acquisitions.
+    assert switches > 0.1, switches
 
 
 @pytest.mark.timeout(120)
