@@ -4,12 +4,13 @@
 
 - **shared semaphore contention**: 4 threads and 4 tasks (tasks on the portal's loop, holding
   the permit across one ``sleep(0)``) take turns on a semaphore of 2 permits, all of them in
-  line from the first hand-off (the permits are held until every party waits), per wall-clock
-  second and per CPU second of the process (the cost, steady whatever share of the machine a
-  round got): ours (`SharedSemaphore`, one strict FIFO for threads and tasks, no loop round trip
-  for threads), aiologic's ``Semaphore``, and the floor: a bare ``threading.Lock``-guarded
-  counter with a FIFO of direct hand-offs (a thread's own lock, or one ``call_soon_threadsafe``
-  per task), with no bookkeeping for cancellation, timeouts, re-entry or closed loops. The gap
+  line from the first hand-off (the permits are held until every party waits), each round a
+  few short runs of every contender in alternation (`paired`), per wall-clock second and per
+  CPU second of the process (the cost, steady whatever share of the machine a round got):
+  ours (`SharedSemaphore`, one strict FIFO for threads and tasks, no loop round trip for
+  threads), aiologic's ``Semaphore``, and the floor: a bare ``threading.Lock``-guarded counter
+  with a FIFO of direct hand-offs (a thread's own lock, or one ``call_soon_threadsafe`` per
+  task), with no bookkeeping for cancellation, timeouts, re-entry or closed loops. The gap
   between ours and the floor is what those guarantees cost.
 - **shared semaphore contention on one CPU**: the same, with every thread of the process pinned
   to one CPU (Linux). Wall clock is then CPU time and no wake-up waits for another virtual CPU,
@@ -47,14 +48,14 @@ from typing import Any
 import aiologic
 import culsans
 
-from benchmarks._harness import OURS, Metric
+from benchmarks._harness import OURS, Metric, paired
 from executors import ThreadGroup
 from integrations.bridge import Portal, SharedSemaphore
 
 __all__ = (
     "metrics",
     "contention",
-    "contention_one_cpu",
+    "can_pin",
     "loop_lag",
     "wakeups_per_call",
     "FloorSemaphore",
@@ -156,10 +157,10 @@ def _switches() -> int:
 def _run_contention(
     portal: Portal, kind: str, iters: int, probe: Callable[[], Awaitable[float]] | None = None,
     clock: str = "wall",
-) -> tuple[float, float]:
-    """4 threads + 4 tasks, `iters` acquisitions each: (acquisitions per second of `clock`,
-    "wall" or "cpu" (of the process), or, for "switches", the process's context switches per
-    acquisition; probe's result).
+) -> tuple[float, float, float]:
+    """4 threads + 4 tasks, `iters` acquisitions each: (what `clock` counted: "wall" seconds,
+    "cpu" seconds of the process or the process's context "switches"; the acquisitions; the
+    probe's result).
 
     The start is fair: this thread holds every permit until all 8 parties wait in line, then
     releases them, and the clock starts there. Started one by one instead, a thread could run
@@ -208,20 +209,41 @@ def _run_contention(
         if go:
             portal.loop.call_soon_threadsafe(go[0].set_result, None)
     probed = future.result()
-    spent = _cpu_seconds() - cpu if clock == "cpu" else time.perf_counter() - start
-    switched = _switches() - switches
+    amount = (_switches() - switches if clock == "switches"
+              else _cpu_seconds() - cpu if clock == "cpu" else time.perf_counter() - start)
     if parked != THREADS + TASKS:
         raise RuntimeError(f"{kind}: {parked} of {THREADS + TASKS} parties waited at the start")
-    if clock == "switches":
-        return switched / ((THREADS + TASKS) * iters), probed
-    return (THREADS + TASKS) * iters / spent, probed
+    return amount, (THREADS + TASKS) * iters, probed
 
 
-def contention(portal: Callable[[], Portal], kind: str, iters: int, clock: str = "wall") -> Sample:
-    """Acquisitions per second (`clock` "wall") or per CPU second of the process ("cpu"), or
-    the process's context switches per acquisition ("switches"), of 4 threads + 4 tasks on 2
-    permits of `kind` (ours, aiologic, floor)."""
-    return lambda: _run_contention(portal(), kind, iters, clock=clock)[0]
+#: The contenders of the semaphore rows: their names in the results, and `_primitive`'s kinds.
+KINDS = {OURS: "ours", "aiologic": "aiologic", "floor": "floor"}
+#: Each round of a semaphore row: this many contention runs of each kind, in alternation.
+BLOCKS = 4
+
+
+def contention(portal: Callable[[], Portal], iters: int, clock: str = "wall",
+               one_cpu: bool = False) -> dict[str, Sample]:
+    """Samples for `KINDS` on 4 threads + 4 tasks (`iters` acquisitions each per round) on 2
+    permits: acquisitions per second (`clock` "wall"), per CPU second of the process ("cpu"),
+    or the process's context switches per acquisition ("switches"). A round is `BLOCKS` runs
+    of each kind in alternation (`paired`), so the kinds are compared in one state of the
+    machine. With `one_cpu`, every thread of the process is on one CPU during each run."""
+    per = max(iters // BLOCKS, 1)
+
+    def run(kind: str) -> Callable[[], tuple[float, float]]:
+        def block() -> tuple[float, float]:
+            target = portal()  # started (its loop thread too) before any pinning
+            with _one_cpu() if one_cpu else contextlib.nullcontext():
+                amount, acquisitions, _ = _run_contention(target, kind, per, clock=clock)
+            return amount, acquisitions
+
+        return block
+
+    def finish(amount: float, acquisitions: float) -> float:
+        return amount / acquisitions if clock == "switches" else acquisitions / amount
+
+    return paired(BLOCKS, finish, {name: run(kind) for name, kind in KINDS.items()})
 
 
 @contextlib.contextmanager
@@ -244,18 +266,9 @@ def _one_cpu() -> Iterator[None]:
                 os.sched_setaffinity(tid, cpus)
 
 
-def contention_one_cpu(portal: Callable[[], Portal], kind: str, iters: int) -> Sample | None:
-    """`contention` with every thread on one CPU: wall clock is then CPU time, and no wake-up
-    waits for another (possibly halted) virtual CPU. None where threads cannot be pinned."""
-    if not hasattr(os, "sched_setaffinity") or not os.path.isdir("/proc/self/task"):
-        return None
-
-    def sample() -> float:
-        target = portal()  # started (its loop thread too) before the pinning
-        with _one_cpu():
-            return _run_contention(target, kind, iters)[0]
-
-    return sample
+def can_pin() -> bool:
+    """True where `_one_cpu` can pin the process's threads (Linux)."""
+    return hasattr(os, "sched_setaffinity") and os.path.isdir("/proc/self/task")
 
 
 def loop_lag(portal: Callable[[], Portal], kind: str, iters: int) -> Sample:
@@ -278,7 +291,7 @@ def loop_lag(portal: Callable[[], Portal], kind: str, iters: int) -> Sample:
         delays.sort()
         return delays[int(len(delays) * 0.99) - 1] * 1e6
 
-    return lambda: _run_contention(portal(), kind, iters, probe)[1]
+    return lambda: _run_contention(portal(), kind, iters, probe)[2]
 
 
 def wakeups_per_call(portal: Callable[[], Portal], how: str, what: str, n: int) -> Sample:
@@ -329,41 +342,32 @@ def metrics(quick: bool, portal: Callable[[], Portal]) -> list[Metric]:
     iters = 200 if quick else 2_000
     calls = 300 if quick else 3_000
     return [
-        Metric("shared semaphore: 4 threads + 4 tasks", "acquisitions/s", "higher", {
-            OURS: contention(portal, "ours", iters),
-            "aiologic": contention(portal, "aiologic", iters),
-            "floor": contention(portal, "floor", iters),
-        }, floor="floor", note=f"{THREADS} threads + {TASKS} tasks on {PERMITS} permits; ours: "
-           "SharedSemaphore, strict FIFO; floor: Lock-guarded counter + direct hand-off"),
+        Metric("shared semaphore: 4 threads + 4 tasks", "acquisitions/s", "higher",
+               contention(portal, iters), floor="floor",
+               note=f"{THREADS} threads + {TASKS} tasks on {PERMITS} permits, all in line from "
+                    f"the start; ours: SharedSemaphore, strict FIFO; floor: Lock-guarded counter "
+                    f"+ direct hand-off; each round {BLOCKS} runs of each in alternation"),
         # The wall-clock rate moves with the share of the (shared, 2-core) machine a round
         # gets: the contention is a chain of thread wake-ups, each waiting for a CPU. Per CPU
         # second of the process it is the cost of an acquisition, steady from round to round.
         Metric("shared semaphore: 4 threads + 4 tasks, per CPU second", "acquisitions/CPU-s",
-               "higher", {
-            OURS: contention(portal, "ours", iters, "cpu"),
-            "aiologic": contention(portal, "aiologic", iters, "cpu"),
-            "floor": contention(portal, "floor", iters, "cpu"),
-        }, floor="floor", note="the row above per CPU second of the whole process (every "
-           "thread): the cost of an acquisition, whatever share of the machine a round got"),
+               "higher", contention(portal, iters, "cpu"), floor="floor",
+               note="the row above per CPU second of the whole process (every thread): the "
+                    "cost of an acquisition, whatever share of the machine a round got"),
         # On one CPU the rate is the cost alone: every wake-up is a switch on the same CPU,
         # never a wake-up of another virtual CPU (whose latency moves several-fold with the
         # host, see the results' thread_wake_us), so the ratio to the floor is steady.
-        Metric("shared semaphore: 4 threads + 4 tasks, one CPU", "acquisitions/s", "higher", {
-            OURS: contention_one_cpu(portal, "ours", iters),
-            "aiologic": contention_one_cpu(portal, "aiologic", iters),
-            "floor": contention_one_cpu(portal, "floor", iters),
-        }, floor="floor", note="the first row with every thread of the process pinned to one "
+        Metric("shared semaphore: 4 threads + 4 tasks, one CPU", "acquisitions/s", "higher",
+               contention(portal, iters, one_cpu=True) if can_pin() else dict.fromkeys(KINDS),
+               floor="floor", note="the first row with every thread of the process pinned to one "
            "CPU: wall clock is CPU time, and the steady measure of an acquisition's cost"),
         # Every switch is a thread that blocked and was woken: its cost is the machine's (the
         # results' thread_wake_us), the same to every column. Strict FIFO makes a thread
         # that releases and acquires again wait its turn, so the floor switches too.
         Metric("shared semaphore: 4 threads + 4 tasks, thread switches", "switches/acquisition",
-               "lower", {
-            OURS: contention(portal, "ours", iters, "switches"),
-            "aiologic": contention(portal, "aiologic", iters, "switches"),
-            "floor": contention(portal, "floor", iters, "switches"),
-        }, floor="floor", note="context switches of the whole process per acquisition in the "
-           "first row's run (a thread blocked, on the semaphore or the GIL, then woken)"),
+               "lower", contention(portal, iters, "switches"), floor="floor",
+               note="context switches of the whole process per acquisition, in runs as the "
+                    "first row's (a thread blocked, on the semaphore or the GIL, then woken)"),
         Metric("loop lag under thread contention (p99)", "us", "lower", {
             OURS: loop_lag(portal, "ours", iters),
             "culsans": loop_lag(portal, "culsans", iters),

@@ -25,8 +25,8 @@ from typing import cast
 from executors._cli._bench_report import OURS, AreaResult, area_table, spreads
 from executors._cli._words import plural
 
-__all__ = ("OURS", "RESULTS_DIR", "Metric", "measure", "parse_args", "quick_mode", "run_area",
-           "thread_wake_us")
+__all__ = ("OURS", "RESULTS_DIR", "Metric", "measure", "paired", "parse_args", "quick_mode",
+           "run_area", "thread_wake_us")
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -104,6 +104,47 @@ def measure(metric: Metric, rounds: int) -> dict[str, object]:
             if fn is not None:
                 samples[name].append(float(fn()))
     return _summary(metric, samples)
+
+
+def paired(blocks: int, finish: Callable[[float, float], float],
+           contenders: dict[str, Callable[[], tuple[float, float]]],
+           before: Callable[[], None] | None = None) -> dict[str, Callable[[], float]]:
+    """Sampling functions for `contenders` measured together, block by block, in alternation.
+
+    Each contender's function runs one block and returns (amount, work): seconds (or CPU
+    seconds, or context switches) spent on that much work (calls, acquisitions). The first of
+    them called in a round runs `blocks` blocks of every contender, the order reversed every
+    other block (so neither goes first after `before`, which runs before each block), and keeps
+    each one's ``finish(total amount, total work)`` for its own call in that round.
+
+    On a machine whose speed moves within a second (a virtual CPU's wake-ups, see
+    `thread_wake_us`), measuring one contender for a second and then the next compares two
+    states of the machine; blocks of a few milliseconds in alternation compare the contenders
+    in the same state, so their ratio round by round is the cost, not the drift.
+    """
+    kept: dict[str, float] = {}
+
+    def run() -> None:
+        totals = {name: [0.0, 0.0] for name in contenders}
+        names = list(contenders)
+        for block in range(blocks):
+            if before is not None:
+                before()
+            for name in names if block % 2 == 0 else reversed(names):
+                amount, work = contenders[name]()
+                totals[name][0] += amount
+                totals[name][1] += work
+        kept.update((name, finish(amount, work)) for name, (amount, work) in totals.items())
+
+    def sample(name: str) -> Callable[[], float]:
+        def one() -> float:
+            if name not in kept:
+                run()
+            return kept.pop(name)
+
+        return one
+
+    return {name: sample(name) for name in contenders}
 
 
 def thread_wake_us(round_trips: int = 2_000) -> float:

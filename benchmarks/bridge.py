@@ -51,7 +51,7 @@ import janus
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from asgiref.sync import async_to_sync
 
-from benchmarks._harness import OURS, Metric, run_area
+from benchmarks._harness import OURS, Metric, paired, run_area
 from executors import ThreadGroup
 from executors.aio import Channel, Semaphore
 from integrations.bridge import Portal, SharedChannel, SharedSemaphore
@@ -140,21 +140,37 @@ def _round_trip(state: str, n: int, call: Callable[[], object]) -> float:
     return (time.perf_counter() - start) / n * 1e6
 
 
-def round_trip_ours(n: int, state: str = "slept") -> Sample:
-    return lambda: _round_trip(state, n, partial(_portal().call, noop))
+#: Each round of a round-trip row: ours, run_coroutine_threadsafe and the floor, this many
+#: blocks of calls each, in alternation.
+ROUND_TRIP_BLOCKS = 30
 
 
-def round_trip_floor(n: int, state: str = "slept") -> Sample:
-    return lambda: _round_trip(state, n, partial(floor_call, _portal().loop, noop))
+def round_trips(n: int, state: str) -> dict[str, Sample]:
+    """Samples (us per call) for ours, ``run_coroutine_threadsafe`` and the floor, `n` calls
+    each per round in `ROUND_TRIP_BLOCKS` blocks, in alternation (`paired`), the threads put in
+    `state` before each block: the three are compared in one state of the machine."""
+    per = max(n // ROUND_TRIP_BLOCKS, 1)
 
+    def block(call: Callable[[], Callable[[], object]]) -> Callable[[], tuple[float, float]]:
+        def one() -> tuple[float, float]:
+            fn = call()
+            start = time.perf_counter()
+            for _ in range(per):
+                fn()
+            return time.perf_counter() - start, per
 
-def round_trip_rcts(n: int, state: str = "slept") -> Sample:
-    def sample() -> float:
+        return one
+
+    def rcts() -> Callable[[], object]:
         loop = _portal().loop
         submit = asyncio.run_coroutine_threadsafe
-        return _round_trip(state, n, lambda: submit(noop(), loop).result())
+        return lambda: submit(noop(), loop).result()
 
-    return sample
+    return paired(ROUND_TRIP_BLOCKS, lambda seconds, calls: seconds / calls * 1e6, {
+        OURS: block(lambda: partial(_portal().call, noop)),
+        "run_coroutine_threadsafe": block(rcts),
+        ROUND_TRIP_FLOOR: block(lambda: partial(floor_call, _portal().loop, noop)),
+    }, before=partial(_prepare, state))
 
 
 def round_trip_anyio(n: int, state: str = "slept") -> Sample:
@@ -423,21 +439,27 @@ SHARED = "shared equivalent (no Portal)"
 ROUND_TRIP_FLOOR = "floor: call_soon_threadsafe + raw lock"
 
 
+def _round_trip_metric(name: str, state: str, when: str, calls: int, slow_calls: int) -> Metric:
+    together = round_trips(calls, state)
+    return Metric(name, "us/call", "lower", {
+        OURS: together[OURS],
+        "run_coroutine_threadsafe": together["run_coroutine_threadsafe"],
+        "anyio BlockingPortal": round_trip_anyio(calls, state),
+        "asgiref async_to_sync": round_trip_asgiref(slow_calls, state),
+        ROUND_TRIP_FLOOR: together[ROUND_TRIP_FLOOR],
+    }, floor=ROUND_TRIP_FLOOR, note=f"trivial coroutine, {when}; run_coroutine_threadsafe and "
+       "the floor (call_soon_threadsafe of a callback that steps the coroutine and releases a "
+       f"raw lock) on the same loop as ours, in {ROUND_TRIP_BLOCKS} blocks each per round, in "
+       "alternation with ours")
+
+
 def metrics(quick: bool) -> list[Metric]:
     calls = 300 if quick else 3_000
     slow_calls = 30 if quick else 300
     messages = 2_000 if quick else 20_000
     iters = 100 if quick else 1_000
     return [
-        *[Metric(name, "us/call", "lower", {
-            OURS: round_trip_ours(calls, state),
-            "run_coroutine_threadsafe": round_trip_rcts(calls, state),
-            "anyio BlockingPortal": round_trip_anyio(calls, state),
-            "asgiref async_to_sync": round_trip_asgiref(slow_calls, state),
-            ROUND_TRIP_FLOOR: round_trip_floor(calls, state),
-        }, floor=ROUND_TRIP_FLOOR, note=f"trivial coroutine, {when}; run_coroutine_threadsafe "
-           "and the floor (call_soon_threadsafe of a callback that steps the coroutine and "
-           "releases a raw lock) on the same loop as ours")
+        *[_round_trip_metric(name, state, when, calls, slow_calls)
           for name, state, when in (
               ("thread->loop round trip", "slept", "each round after the threads slept"),
               ("thread->loop round trip, right after CPU-heavy work", "hot",

@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -100,8 +100,8 @@ def test_one_cpu_contention_pins_every_thread_then_puts_them_back() -> None:
         # (A thread started elsewhere while they were pinned, a harness's timer say, keeps
         # the one CPU: the benchmark's process is its own.)
         assert affinities(before) == before
-        sample = _bridge_permits.contention_one_cpu(lambda: portal, "ours", 50)
-        assert sample is not None and sample() > 0
+        samples = _bridge_permits.contention(lambda: portal, 50, one_cpu=True)
+        assert samples["executors"]() > 0 and samples["floor"]() > 0
         assert affinities(before) == before
 
 
@@ -123,12 +123,13 @@ def test_contention_starts_with_every_party_in_line(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(_bridge_permits, "FloorSemaphore", Recording)
     with Portal() as portal:
-        rate, _ = _bridge_permits._run_contention(portal, "floor", 50)
+        seconds, acquisitions, _ = _bridge_permits._run_contention(portal, "floor", 50)
         for kind in ("ours", "aiologic", "culsans"):  # each kind's count of waiting parties
             assert _bridge_permits._run_contention(portal, kind, 50)[0] > 0, kind
-        switches, _ = _bridge_permits._run_contention(portal, "floor", 50, clock="switches")
+        switches, _, _ = _bridge_permits._run_contention(portal, "floor", 50, clock="switches")
     assert first_release == [_bridge_permits.THREADS + _bridge_permits.TASKS]
-    assert rate > 0
+    assert seconds > 0 and acquisitions == 8 * 50
+    switches /= acquisitions
     # Strict FIFO: a thread that releases while others wait must wait its turn to acquire
     # again, so the 4 threads block (and are woken) on most of their acquisitions.
     assert switches > 0.1, switches
@@ -145,3 +146,29 @@ def test_message_rows_count_the_process_thread_switches() -> None:
     assert "switches" in bridge.CLOCKS
     per_message = bridge.task_to_thread_peer("SharedChannel", 2_000, 64, "switches")()
     assert 0 < per_message < 1, per_message
+
+
+def test_paired_contenders_run_block_by_block_in_alternation() -> None:
+    """`paired` measures its contenders together: the first one sampled in a round runs every
+    block of all of them, in an order reversed every other block, with `before` ahead of each
+    block; each contender's sample is its own total, kept for its call in that round."""
+    from benchmarks._harness import paired
+
+    log: list[str] = []
+
+    def block(name: str, amount: float) -> Callable[[], tuple[float, float]]:
+        def one() -> tuple[float, float]:
+            log.append(name)
+            return amount, 2.0
+
+        return one
+
+    samples = paired(3, lambda amount, work: amount / work,
+                     {"a": block("a", 1.0), "b": block("b", 3.0)},
+                     before=lambda: log.append("|"))
+    assert samples["b"]() == 1.5  # finish(3 blocks of 3.0, 3 blocks of 2.0 work)
+    assert log == ["|", "a", "b", "|", "b", "a", "|", "a", "b"]
+    assert samples["a"]() == 0.5  # kept from the same round: nothing ran again
+    assert len(log) == 9
+    assert samples["a"]() == 0.5  # a new round
+    assert len(log) == 18
