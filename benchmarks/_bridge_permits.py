@@ -48,7 +48,7 @@ from typing import Any
 import aiologic
 import culsans
 
-from benchmarks._harness import OURS, Metric, paired
+from benchmarks._harness import OURS, Metric, paired, process_cpu_seconds, process_switches
 from executors import ThreadGroup
 from integrations.bridge import Portal, SharedSemaphore
 
@@ -142,18 +142,6 @@ def _primitive(kind: str) -> tuple[Callable[[], None], Callable[[], Awaitable[No
     return floor.acquire_thread, floor.acquire_task, floor.release, lambda: len(floor._line)
 
 
-def _cpu_seconds() -> float:
-    """CPU time of the whole process (every thread: the loop's and the contenders')."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _switches() -> int:
-    """Context switches of the whole process so far (voluntary and involuntary)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_nvcsw + usage.ru_nivcsw
-
-
 def _run_contention(
     portal: Portal, kind: str, iters: int, probe: Callable[[], Awaitable[float]] | None = None,
     clock: str = "wall",
@@ -203,14 +191,14 @@ def _run_contention(
         while waiting() < THREADS + TASKS and time.monotonic() < deadline:
             time.sleep(0.001)
         parked = waiting()
-        switches, cpu, start = _switches(), _cpu_seconds(), time.perf_counter()
+        switches, cpu, start = process_switches(), process_cpu_seconds(), time.perf_counter()
         for _ in range(PERMITS):
             release()
         if go:
             portal.loop.call_soon_threadsafe(go[0].set_result, None)
     probed = future.result()
-    amount = (_switches() - switches if clock == "switches"
-              else _cpu_seconds() - cpu if clock == "cpu" else time.perf_counter() - start)
+    amount = (process_switches() - switches if clock == "switches"
+              else process_cpu_seconds() - cpu if clock == "cpu" else time.perf_counter() - start)
     if parked != THREADS + TASKS:
         raise RuntimeError(f"{kind}: {parked} of {THREADS + TASKS} parties waited at the start")
     return amount, (THREADS + TASKS) * iters, probed

@@ -25,8 +25,8 @@ from typing import cast
 from executors._cli._bench_report import OURS, AreaResult, area_table, spreads
 from executors._cli._words import plural
 
-__all__ = ("OURS", "RESULTS_DIR", "Metric", "measure", "paired", "parse_args", "quick_mode",
-           "run_area", "thread_wake_us")
+__all__ = ("OURS", "RESULTS_DIR", "Metric", "measure", "paired", "parse_args",
+           "process_cpu_seconds", "process_switches", "quick_mode", "run_area", "thread_wake_us")
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -145,6 +145,23 @@ def paired(blocks: int, finish: Callable[[float, float], float],
         return one
 
     return {name: sample(name) for name in contenders}
+
+
+def process_cpu_seconds() -> float:
+    """CPU time of the whole process so far, every thread's (user and system)."""
+    import resource  # Unix: the areas that use it measure threads of a Unix process
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def process_switches() -> int:
+    """Context switches of the whole process so far, every thread's (voluntary: a thread
+    blocked and was woken; involuntary: it was preempted)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nvcsw + usage.ru_nivcsw
 
 
 def thread_wake_us(round_trips: int = 2_000) -> float:

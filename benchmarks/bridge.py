@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import resource
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -51,7 +50,14 @@ import janus
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from asgiref.sync import async_to_sync
 
-from benchmarks._harness import OURS, Metric, paired, run_area
+from benchmarks._harness import (
+    OURS,
+    Metric,
+    paired,
+    process_cpu_seconds,
+    process_switches,
+    run_area,
+)
 from executors import ThreadGroup
 from executors.aio import Channel, Semaphore
 from integrations.bridge import Portal, SharedChannel, SharedSemaphore
@@ -278,24 +284,12 @@ async def _close_queue(queue: Any) -> None:
         await close()
 
 
-def _cpu_seconds() -> float:
-    """CPU time of the whole process (every thread: the loop's and the caller's)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 #: What a messaging sample divides the message count by: "wall" seconds (msgs/s), "cpu"
 #: seconds of the process (msgs per CPU second: the cost, whatever share of the machine the
 #: round got), or "wakes" (the loop's cross-thread wake-ups per message, self-pipe writes), or
 #: "switches" (the process's context switches per message, every thread's: each is a thread
 #: that blocked, on the queue or on the GIL, and was woken).
 CLOCKS = ("wall", "cpu", "wakes", "switches")
-
-
-def _switches() -> int:
-    """Context switches of the whole process so far (voluntary and involuntary)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_nvcsw + usage.ru_nivcsw
 
 
 def _messages(n: int, clock: str, run: Callable[[], None]) -> float:
@@ -311,7 +305,7 @@ def _messages(n: int, clock: str, run: Callable[[], None]) -> float:
             original()
 
         loop._write_to_self = counting  # type: ignore[attr-defined]
-    switches, cpu, start = _switches(), _cpu_seconds(), time.perf_counter()
+    switches, cpu, start = process_switches(), process_cpu_seconds(), time.perf_counter()
     try:
         run()
     finally:
@@ -320,9 +314,9 @@ def _messages(n: int, clock: str, run: Callable[[], None]) -> float:
     if clock == "wakes":
         return writes[0] / n
     if clock == "switches":
-        return (_switches() - switches) / n
+        return (process_switches() - switches) / n
     if clock == "cpu":
-        return n / (_cpu_seconds() - cpu)
+        return n / (process_cpu_seconds() - cpu)
     return n / (time.perf_counter() - start)
 
 
