@@ -16,8 +16,8 @@
   to one CPU (Linux). Wall clock is then CPU time and no wake-up waits for another virtual CPU,
   so the ratio to the floor measures the cost of an acquisition, steady whatever the host's
   state (the results' ``thread_wake_us``).
-- **thread switches per acquisition** in the first row's run: every switch is a thread that
-  blocked and was woken, a cost set by the machine, the same to every column.
+- **thread switches per acquisition**, in runs as the first row's: every switch is a thread
+  that blocked and was woken, a cost set by the machine, the same to every column.
 - **loop lag under thread contention**: the p99 delay of a ``call_soon`` callback on a loop whose
   4 tasks contend with 4 threads on 2 permits: ours (`SharedSemaphore`), culsans (a queue of 2
   tokens: get = acquire, put = release), aiologic, and the floor above (the contention itself

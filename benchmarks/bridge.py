@@ -415,12 +415,16 @@ def contention(kind: str, iters: int) -> Sample:
             deadline = time.monotonic() + 30
             while portal.call(waiting) < THREADS + TASKS and time.monotonic() < deadline:
                 time.sleep(0.001)
+            parked = portal.call(waiting)
             start = time.perf_counter()
             for _ in range(PERMITS):
                 for_threads.release()
         for f in futures:
             f.result()
-        return (THREADS + TASKS) * iters / (time.perf_counter() - start)
+        spent = time.perf_counter() - start
+        if parked != THREADS + TASKS:
+            raise RuntimeError(f"{kind}: {parked} of {THREADS + TASKS} parties waited at the start")
+        return (THREADS + TASKS) * iters / spent
 
     return sample
 
