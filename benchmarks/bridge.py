@@ -1,6 +1,11 @@
 """The bridge: thread->loop round trips, thread<->task messaging, thread+task semaphore contention.
 
-Measures, interleaved round by round (the harness's rule: ratios, never lone absolute times):
+Measures, interleaved round by round (the harness's rule: ratios, never lone absolute times).
+Where a row compares ours with a floor or with the peers of the same mechanism (the round trips
+with ``run_coroutine_threadsafe`` and the floor, the messages, the shared semaphore), each round
+measures them together in short blocks in alternation (`benchmarks._harness.paired`): this
+machine's speed moves within a second, and a ratio of two contenders measured a second apart
+compares two machines.
 
 - round trip of a trivial coroutine from a plain thread to a loop thread and back: ours
   (`Portal.call`), ``asyncio.run_coroutine_threadsafe(...).result()`` **on the same loop** (the
@@ -11,13 +16,14 @@ Measures, interleaved round by round (the harness's rule: ratios, never lone abs
   ``cb`` steps the coroutine once and releases a raw lock the thread waits on (no Task, no
   cancellation, no context, no shutdown handling). The round trip's absolute time moves with
   the state of the (virtual) CPUs, for every contender alike, so it is measured in two states,
-  each its own metric: after the threads slept (each round starts after a 0.2 s sleep), and
-  right after CPU-heavy work (each round starts after both the calling thread and the loop
+  each its own metric: after the threads slept (each block starts after a 0.2 s sleep), and
+  right after CPU-heavy work (each block starts after both the calling thread and the loop
   thread have computed for 0.1 s);
 - messages from a plain thread to a task, and from a task to a plain thread, through bounded
-  queues of 64 and 1 (for 64 also per CPU second of the process, and the loop's wake-ups per
-  message: the wall-clock ratio moves with the share of the machine each round gets, the CPU
-  cost and the batching do not): ours (`SharedChannel`, its ``.blocking`` view for the
+  queues of 64 and 1 (for 64 also per CPU second of the process, the loop's wake-ups and the
+  process's thread switches per message: the wall-clock ratio moves with the share of the
+  machine each round gets and with the cost of a switch, the CPU cost and the batching do
+  not): ours (`SharedChannel`, its ``.blocking`` view for the
   thread), janus (``sync_q``/``async_q``), culsans and aiologic's ``Queue``;
   `integrations.bridge.Queue` against janus;
 - the loop-only primitives reached from a thread through a Portal (an `executors.aio.Channel(64)`
@@ -292,7 +298,10 @@ async def _close_queue(queue: Any) -> None:
 CLOCKS = ("wall", "cpu", "wakes", "switches")
 
 
-def _messages(n: int, clock: str, run: Callable[[], None]) -> float:
+def _messages(clock: str, run: Callable[[], None]) -> float:
+    """What `clock` counts while `run` passes its messages: "wall" or "cpu" seconds, the
+    loop's self-pipe writes ("wakes"; NaN on a loop without one) or the process's context
+    "switches"."""
     loop = _portal().loop
     writes = [0]
     original = getattr(loop, "_write_to_self", None)
@@ -312,60 +321,93 @@ def _messages(n: int, clock: str, run: Callable[[], None]) -> float:
         if clock == "wakes":
             del loop._write_to_self  # type: ignore[attr-defined]
     if clock == "wakes":
-        return writes[0] / n
+        return writes[0]
     if clock == "switches":
-        return (process_switches() - switches) / n
+        return process_switches() - switches
     if clock == "cpu":
-        return n / (process_cpu_seconds() - cpu)
-    return n / (time.perf_counter() - start)
+        return process_cpu_seconds() - cpu
+    return time.perf_counter() - start
+
+
+def _per_message(clock: str, amount: float, n: float) -> float:
+    """A sample from `_messages`' count for `n` messages: messages per second for the clocks,
+    counts per message for the others."""
+    return n / amount if clock in ("wall", "cpu") else amount / n
+
+
+def _thread_to_task(kind: str, n: int, size: int, clock: str) -> float:
+    portal = _portal()
+    queue = _make_queue(kind, size)
+    put = queue.sync_q.put
+    get = queue.async_q.get
+
+    async def consume() -> None:
+        for _ in range(n):
+            await get()
+
+    def run() -> None:
+        done = portal.start_task_soon(consume)
+        for i in range(n):
+            put(i)
+        done.result()
+
+    counted = _messages(clock, run)
+    portal.call(_close_queue, queue)
+    return counted
+
+
+def _task_to_thread(kind: str, n: int, size: int, clock: str) -> float:
+    portal = _portal()
+    queue = _make_queue(kind, size)
+    put = queue.async_q.put
+    get = queue.sync_q.get
+
+    async def produce() -> None:
+        for i in range(n):
+            await put(i)
+
+    def run() -> None:
+        done = portal.start_task_soon(produce)
+        for _ in range(n):
+            get()
+        done.result()
+
+    counted = _messages(clock, run)
+    portal.call(_close_queue, queue)
+    return counted
+
+
+_DIRECTIONS = {"thread->task": _thread_to_task, "task->thread": _task_to_thread}
 
 
 def thread_to_task_peer(kind: str, n: int, size: int = QUEUE_SIZE, clock: str = "wall") -> Sample:
-    def sample() -> float:
-        portal = _portal()
-        queue = _make_queue(kind, size)
-        put = queue.sync_q.put
-        get = queue.async_q.get
-
-        async def consume() -> None:
-            for _ in range(n):
-                await get()
-
-        def run() -> None:
-            done = portal.start_task_soon(consume)
-            for i in range(n):
-                put(i)
-            done.result()
-
-        result = _messages(n, clock, run)
-        portal.call(_close_queue, queue)
-        return result
-
-    return sample
+    """`n` messages from a thread to a task through a queue of `kind` (see `_per_message`)."""
+    return lambda: _per_message(clock, _thread_to_task(kind, n, size, clock), n)
 
 
 def task_to_thread_peer(kind: str, n: int, size: int = QUEUE_SIZE, clock: str = "wall") -> Sample:
-    def sample() -> float:
-        portal = _portal()
-        queue = _make_queue(kind, size)
-        put = queue.async_q.put
-        get = queue.sync_q.get
+    """`n` messages from a task to a thread through a queue of `kind` (see `_per_message`)."""
+    return lambda: _per_message(clock, _task_to_thread(kind, n, size, clock), n)
 
-        async def produce() -> None:
-            for i in range(n):
-                await put(i)
 
-        def run() -> None:
-            done = portal.start_task_soon(produce)
-            for _ in range(n):
-                get()
-            done.result()
+#: Each round of a message row: every contender passes its messages in this many blocks, in
+#: alternation with the others.
+MESSAGE_BLOCKS = 5
 
-        result = _messages(n, clock, run)
-        portal.call(_close_queue, queue)
-        return result
 
-    return sample
+def messages_together(direction: str, kinds: dict[str, str], n: int, size: int = QUEUE_SIZE,
+                      clock: str = "wall") -> dict[str, Sample]:
+    """Samples for `kinds` (column name: `_make_queue` kind), `n` messages each per round in
+    `MESSAGE_BLOCKS` blocks in alternation (`paired`), in `direction` ("thread->task" or
+    "task->thread"): the columns are compared in one state of the machine."""
+    per = max(n // MESSAGE_BLOCKS, 1)
+    passing = _DIRECTIONS[direction]
+
+    def block(kind: str) -> Callable[[], tuple[float, float]]:
+        return lambda: (passing(kind, per, size, clock), per)
+
+    return paired(MESSAGE_BLOCKS, partial(_per_message, clock),
+                  {name: block(kind) for name, kind in kinds.items()})
 
 
 # -- semaphore contention ------------------------------------------------------------------------
@@ -435,6 +477,9 @@ def contention(kind: str, iters: int) -> Sample:
 #: the shared one (the peers are compared with that in the rows above).
 SHARED = "shared equivalent (no Portal)"
 ROUND_TRIP_FLOOR = "floor: call_soon_threadsafe + raw lock"
+#: The message rows' columns: ours (`SharedChannel`) and the peers, as `_make_queue` kinds.
+_QUEUE_KINDS = {OURS: "SharedChannel", "janus": "janus", "culsans": "culsans",
+                "aiologic Queue": "aiologic"}
 
 
 def _round_trip_metric(name: str, state: str, when: str, calls: int, slow_calls: int) -> Metric:
@@ -462,29 +507,22 @@ def metrics(quick: bool) -> list[Metric]:
               ("thread->loop round trip", "slept", "each round after the threads slept"),
               ("thread->loop round trip, right after CPU-heavy work", "hot",
                "each round right after both threads computed for 0.1 s"))],
-        *[Metric(f"{direction} messages, SharedChannel({size})", "msgs/s", "higher", {
-            OURS: run(kind, messages, size),
-            "janus": run("janus", messages, size),
-            "culsans": run("culsans", messages, size),
-            "aiologic Queue": run("aiologic", messages, size),
-        }, note=f"bounded queue of {size}; ours: SharedChannel({size}) (.blocking for the "
-                "thread), no loop round trip")
-          for direction, run in (("thread->task", thread_to_task_peer),
-                                 ("task->thread", task_to_thread_peer))
-          for size, kind in ((QUEUE_SIZE, "SharedChannel"), (1, "SharedChannel"))],
+        *[Metric(f"{direction} messages, SharedChannel({size})", "msgs/s", "higher",
+                 messages_together(direction, _QUEUE_KINDS, messages, size),
+                 note=f"bounded queue of {size}; ours: SharedChannel({size}) (.blocking for the "
+                      f"thread), no loop round trip; {MESSAGE_BLOCKS} blocks each per round, in "
+                      f"alternation")
+          for direction in _DIRECTIONS
+          for size in (QUEUE_SIZE, 1)],
         # Why the size-64 wall-clock ratio varies from run to run: the same transfers per CPU
         # second of the process (the cost, whatever share of the machine a round got), the
         # loop's cross-thread wake-ups per message (the batching), and the thread switches per
         # message: a cost per switch that is the same to ours and the peers and grows with the
         # machine's wake-up latency, so the larger it is, the nearer 1 the ratio.
-        *[Metric(f"{direction} messages, SharedChannel({QUEUE_SIZE}), {what}", unit, better, {
-            OURS: run("SharedChannel", messages, QUEUE_SIZE, clock),
-            "janus": run("janus", messages, QUEUE_SIZE, clock),
-            "culsans": run("culsans", messages, QUEUE_SIZE, clock),
-            "aiologic Queue": run("aiologic", messages, QUEUE_SIZE, clock),
-        }, note=note)
-          for direction, run in (("thread->task", thread_to_task_peer),
-                                 ("task->thread", task_to_thread_peer))
+        *[Metric(f"{direction} messages, SharedChannel({QUEUE_SIZE}), {what}", unit, better,
+                 messages_together(direction, _QUEUE_KINDS, messages, QUEUE_SIZE, clock),
+                 note=note)
+          for direction in _DIRECTIONS
           for what, unit, better, clock, note in (
               ("per CPU second", "msgs/CPU-s", "higher", "cpu",
                ("messages per CPU second of the whole process (both threads): the cost of a "
@@ -495,12 +533,11 @@ def metrics(quick: bool) -> list[Metric]:
                ("context switches of the whole process per message (a thread blocked on the "
                 "queue or the GIL, then woken): each costs CPU time that moves with the "
                 "machine's state (the results' thread_wake_us), the same to every column")))],
-        *[Metric(f"{direction} messages, Queue({QUEUE_SIZE}) vs janus", "msgs/s", "higher", {
-            OURS: run("Queue", messages, QUEUE_SIZE),
-            "janus": run("janus", messages, QUEUE_SIZE),
-        }, note="integrations.bridge.Queue, the janus drop-in, through sync_q/async_q")
-          for direction, run in (("thread->task", thread_to_task_peer),
-                                 ("task->thread", task_to_thread_peer))],
+        *[Metric(f"{direction} messages, Queue({QUEUE_SIZE}) vs janus", "msgs/s", "higher",
+                 messages_together(direction, {OURS: "Queue", "janus": "janus"}, messages),
+                 note="integrations.bridge.Queue, the janus drop-in, through sync_q/async_q; "
+                      f"{MESSAGE_BLOCKS} blocks each per round, in alternation")
+          for direction in _DIRECTIONS],
         Metric(f"thread->task messages, loop-only Channel({QUEUE_SIZE}) via Portal", "msgs/s",
                "higher", {
             OURS: thread_to_task_ours(messages),
