@@ -335,20 +335,41 @@ def _per_message(clock: str, amount: float, n: float) -> float:
     return n / amount if clock in ("wall", "cpu") else amount / n
 
 
-def _thread_to_task(kind: str, n: int, size: int, clock: str) -> float:
+def _pass(direction: str, kind: str, n: int, size: int, clock: str) -> float:
+    """`n` messages through a fresh queue of `kind` and `size`, between a task on the portal's
+    loop and this thread, in `direction` ("thread->task" or "task->thread"): what `clock`
+    counted (`_messages`)."""
     portal = _portal()
     queue = _make_queue(kind, size)
-    put = queue.sync_q.put
-    get = queue.async_q.get
+    task: Callable[[], Coroutine[Any, Any, None]]
+    if direction == "thread->task":
+        put, get = queue.sync_q.put, queue.async_q.get
 
-    async def consume() -> None:
-        for _ in range(n):
-            await get()
+        async def consume() -> None:
+            for _ in range(n):
+                await get()
+
+        def thread() -> None:
+            for i in range(n):
+                put(i)
+
+        task = consume
+    else:
+        put, get = queue.async_q.put, queue.sync_q.get
+
+        async def produce() -> None:
+            for i in range(n):
+                await put(i)
+
+        def thread() -> None:
+            for _ in range(n):
+                get()
+
+        task = produce
 
     def run() -> None:
-        done = portal.start_task_soon(consume)
-        for i in range(n):
-            put(i)
+        done = portal.start_task_soon(task)
+        thread()
         done.result()
 
     counted = _messages(clock, run)
@@ -356,38 +377,17 @@ def _thread_to_task(kind: str, n: int, size: int, clock: str) -> float:
     return counted
 
 
-def _task_to_thread(kind: str, n: int, size: int, clock: str) -> float:
-    portal = _portal()
-    queue = _make_queue(kind, size)
-    put = queue.async_q.put
-    get = queue.sync_q.get
-
-    async def produce() -> None:
-        for i in range(n):
-            await put(i)
-
-    def run() -> None:
-        done = portal.start_task_soon(produce)
-        for _ in range(n):
-            get()
-        done.result()
-
-    counted = _messages(clock, run)
-    portal.call(_close_queue, queue)
-    return counted
-
-
-_DIRECTIONS = {"thread->task": _thread_to_task, "task->thread": _task_to_thread}
+DIRECTIONS = ("thread->task", "task->thread")
 
 
 def thread_to_task_peer(kind: str, n: int, size: int = QUEUE_SIZE, clock: str = "wall") -> Sample:
     """`n` messages from a thread to a task through a queue of `kind` (see `_per_message`)."""
-    return lambda: _per_message(clock, _thread_to_task(kind, n, size, clock), n)
+    return lambda: _per_message(clock, _pass("thread->task", kind, n, size, clock), n)
 
 
 def task_to_thread_peer(kind: str, n: int, size: int = QUEUE_SIZE, clock: str = "wall") -> Sample:
     """`n` messages from a task to a thread through a queue of `kind` (see `_per_message`)."""
-    return lambda: _per_message(clock, _task_to_thread(kind, n, size, clock), n)
+    return lambda: _per_message(clock, _pass("task->thread", kind, n, size, clock), n)
 
 
 #: Each round of a message row: every contender passes its messages in this many blocks, in
@@ -401,10 +401,9 @@ def messages_together(direction: str, kinds: dict[str, str], n: int, size: int =
     `MESSAGE_BLOCKS` blocks in alternation (`paired`), in `direction` ("thread->task" or
     "task->thread"): the columns are compared in one state of the machine."""
     per = max(n // MESSAGE_BLOCKS, 1)
-    passing = _DIRECTIONS[direction]
 
     def block(kind: str) -> Callable[[], tuple[float, float]]:
-        return lambda: (passing(kind, per, size, clock), per)
+        return lambda: (_pass(direction, kind, per, size, clock), per)
 
     return paired(MESSAGE_BLOCKS, partial(_per_message, clock),
                   {name: block(kind) for name, kind in kinds.items()})
@@ -512,7 +511,7 @@ def metrics(quick: bool) -> list[Metric]:
                  note=f"bounded queue of {size}; ours: SharedChannel({size}) (.blocking for the "
                       f"thread), no loop round trip; {MESSAGE_BLOCKS} blocks each per round, in "
                       f"alternation")
-          for direction in _DIRECTIONS
+          for direction in DIRECTIONS
           for size in (QUEUE_SIZE, 1)],
         # Why the size-64 wall-clock ratio varies from run to run: the same transfers per CPU
         # second of the process (the cost, whatever share of the machine a round got), the
@@ -522,7 +521,7 @@ def metrics(quick: bool) -> list[Metric]:
         *[Metric(f"{direction} messages, SharedChannel({QUEUE_SIZE}), {what}", unit, better,
                  messages_together(direction, _QUEUE_KINDS, messages, QUEUE_SIZE, clock),
                  note=note)
-          for direction in _DIRECTIONS
+          for direction in DIRECTIONS
           for what, unit, better, clock, note in (
               ("per CPU second", "msgs/CPU-s", "higher", "cpu",
                ("messages per CPU second of the whole process (both threads): the cost of a "
@@ -537,7 +536,7 @@ def metrics(quick: bool) -> list[Metric]:
                  messages_together(direction, {OURS: "Queue", "janus": "janus"}, messages),
                  note="integrations.bridge.Queue, the janus drop-in, through sync_q/async_q; "
                       f"{MESSAGE_BLOCKS} blocks each per round, in alternation")
-          for direction in _DIRECTIONS],
+          for direction in DIRECTIONS],
         Metric(f"thread->task messages, loop-only Channel({QUEUE_SIZE}) via Portal", "msgs/s",
                "higher", {
             OURS: thread_to_task_ours(messages),
