@@ -22,7 +22,7 @@ from typing import cast
 
 # The table is the one the docs pages show: `executors bench` renders results files with the same
 # function (benchmarks are scripts, outside the package's import graph).
-from executors._cli._bench_report import OURS, AreaResult, area_table, spreads
+from executors._cli._bench_report import OURS, AreaResult, Spread, area_table, spreads
 from executors._cli._words import plural
 
 __all__ = ("OURS", "RESULTS_DIR", "Metric", "measure", "paired", "parse_args",
@@ -71,15 +71,13 @@ def _summary(metric: Metric, samples: dict[str, list[float]]) -> dict[str, objec
         name: med for name, med in medians.items() if name != OURS and name != metric.floor
     }
     best_peer = None
-    ratio = None
     if peers and OURS in medians:
         pick = min if metric.better == "lower" else max
         best_peer = pick(peers, key=lambda n: peers[n])
-        ours, theirs = medians[OURS], peers[best_peer]
-        if metric.better == "lower":
-            ratio = theirs / ours if ours > 0 else float("inf")
-        else:
-            ratio = ours / theirs if theirs > 0 else float("inf")
+    ratios = spreads(metric.better, metric.floor, best_peer, samples)
+    # The median of the round-by-round advantages (see `spreads`: a round compares one state
+    # of the machine), not the ratio of the medians.
+    advantage = cast("Spread | None", ratios["advantage_spread"])
     return {
         "name": metric.name,
         "unit": metric.unit,
@@ -91,9 +89,9 @@ def _summary(metric: Metric, samples: dict[str, list[float]]) -> dict[str, objec
         "unavailable": [n for n, fn in metric.contenders.items() if fn is None],
         "best_peer": best_peer,
         # > 1 means ours is better than the best peer by that factor, whichever way is better.
-        "advantage_over_best_peer": ratio,
+        "advantage_over_best_peer": advantage["median"] if advantage is not None else None,
         # spread, advantage_spread, floor_multiple, floor_multiple_spread (see the function).
-        **spreads(metric.better, metric.floor, best_peer, samples),
+        **ratios,
     }
 
 

@@ -300,7 +300,8 @@ def bench_table(area: str) -> str:
         lines.append(f"| {label} | {edge} | " + (f"{of_floor} | " if floors else "")
                      + " | ".join(cells) + " |")
     lines.append("")
-    lines.append(f"Python {data['python']}, {data['rounds']} interleaved rounds, medians "
+    lines.append(f"Python {data['python']}, {data['rounds']} interleaved rounds, medians; the "
+                 "ratios are the medians of the round-by-round ratios, with their range "
                  f"(`benchmarks/results/{area}.json`).")
     return "\n".join(lines)
 

@@ -110,6 +110,38 @@ def test_results_carry_the_machine_state_and_the_page_shows_it(
     assert "ping-pong" not in (out / "old.md").read_text()
 
 
+
+def test_ratios_are_the_median_of_the_round_by_round_ratios(tmp_path: Path) -> None:
+    """Advantage and "of floor" compare the contenders round by round, and publish the median of
+    those ratios, not the ratio of the medians (issue 23: a paired round compares one state of
+    the machine; the two medians may come from rounds the machine ran at different speeds)."""
+    from benchmarks import _harness
+
+    # Ours, the peer and the floor per round: ours pays 1.1x, 1.1x and 1.5x the floor's time
+    # and is 2x, 2x and 1.2x better than the peer. The machine's speed changed between rounds,
+    # so the medians come from different rounds: their ratios would say 1.5x and 1.2x.
+    rounds = iter([(1.1, 2.2, 1.0), (4.4, 8.8, 4.0), (3.0, 3.6, 2.0)])
+    current: list[tuple[float, float, float]] = []
+
+    def sample(index: int) -> float:
+        if index == 0:
+            current[:] = [next(rounds)]
+        return current[0][index]
+
+    metric = _harness.Metric("hand-off", "ms", "lower",
+                             {_bench_report.OURS: lambda: sample(0), "peer": lambda: sample(1),
+                              "bare": lambda: sample(2)}, floor="bare")
+    summary = _harness.measure(metric, 3)
+    assert summary["medians"] == {"executors": 3.0, "peer": 3.6, "bare": 2.0}
+    assert summary["advantage_over_best_peer"] == pytest.approx(2.0)
+    assert summary["floor_multiple"] == pytest.approx(1.1)
+    results, out = tmp_path / "results", tmp_path / "docs"
+    results.mkdir()
+    (results / "toy.json").write_text(json.dumps({**_result(), "metrics": [summary]}))
+    _bench_report.render_all(results, out, charts=False)
+    assert ("| **2.0x** vs peer (1.20 to 2.00) | 1.10x (1.10 to 1.50) | **3.000** | 3.600 | 2.000 |"
+            in (out / "toy.md").read_text())
+
 def test_render_removes_pages_of_areas_without_results(tmp_path: Path) -> None:
     """With prune (the repository's docs), a page whose results file is gone is deleted, so the
     docs never show a stale area; without it (a user's folder) nothing of theirs is."""

@@ -92,28 +92,29 @@ def spreads(better: str, floor: str | None, best_peer: str | None,
       bimodal run);
     - ``advantage_spread``: ours' advantage over `best_peer` round by round (> 1: ours is
       better), min/median/max;
-    - ``floor_multiple``: how many times the `floor`'s cost ours pays, from the medians
-      (1.0: nothing above the bare mechanism); ``floor_multiple_spread``: the same round by
-      round. None where there is no floor (or no peer).
+    - ``floor_multiple``: how many times the `floor`'s cost ours pays (1.0: nothing above the
+      bare mechanism), the median of the round-by-round multiples; ``floor_multiple_spread``:
+      their min/median/max. None where there is no floor (or no peer).
+
+    The headline of a comparison is the median of its round-by-round ratios, not the ratio of
+    the two medians: a round compares its contenders in one state of the machine (a paired
+    round, `benchmarks._harness.paired`, in the same second), while the two medians may come
+    from rounds the machine ran at different speeds.
     """
     ours = samples.get(OURS, [])
     theirs = samples.get(best_peer, []) if best_peer is not None else []
     bare = samples.get(floor, []) if floor is not None else []
-    multiple = None
-    if ours and bare:
-        mid_ours, mid_bare = _spread(ours), _spread(bare)
-        if mid_ours is not None and mid_bare is not None:
-            multiple = _multiple(better, mid_bare["median"], mid_ours["median"])
+    multiples = _spread([
+        _multiple(better, b, o) for b, o in zip(bare, ours, strict=False)
+    ]) if ours and bare else None
     return {
         "spread": {name: _spread(vals) for name, vals in samples.items() if vals},
         "advantage_spread": _spread([
             1 / m if m else math.inf
             for m in (_multiple(better, t, o) for t, o in zip(theirs, ours, strict=False))
         ]) if ours and theirs else None,
-        "floor_multiple": multiple,
-        "floor_multiple_spread": _spread([
-            _multiple(better, b, o) for b, o in zip(bare, ours, strict=False)
-        ]) if ours and bare else None,
+        "floor_multiple": multiples["median"] if multiples is not None else None,
+        "floor_multiple_spread": multiples,
     }
 
 
@@ -309,8 +310,10 @@ def _area_page(result: AreaResult, *, chart: bool) -> str:
         "",
         (f"Ours beside every peer, measured interleaved in one process ({_run_line(result)}). "
          "Values are medians over the rounds; **advantage** is how many times better ours is "
-         "than the best peer, whichever direction is better. A *floor* is the physical limit "
-         "(the bare mechanism with no features), not a peer."),
+         "than the best peer, whichever direction is better, and **of floor** how many times "
+         "the floor's cost ours pays: each the median of the round-by-round ratios (a round "
+         "measures every contender in one state of the machine), with their range. A *floor* "
+         "is the physical limit (the bare mechanism with no features), not a peer."),
         "",
         area_table(result),
         "",
