@@ -220,13 +220,14 @@ class _SharedPermits:
     # -- running sections --------------------------------------------------------------------
 
     def _complete(self, section: Callable[..., BaseException | None] | None,
-                  *args: object) -> None:
+                  *args: object) -> BaseException | None:
         """Run ``section(*args)`` under the mutex, then hand free permits on, leave the mutex
         and wake what was taken: to the end, whatever a signal handler raises meanwhile.
+        Returns the error the section returned (an over-release), for the caller to raise.
 
-        `section` None is the release of ``args = (n, done)``, `_release_locked` inlined: the
-        hot path makes one Python call here, not three (each is a measurable share of the gap
-        to the contention benchmark's floor).
+        `section` None is the release of ``args = (n,)``, `_release_locked` inlined, its `done`
+        flag a local (the retries run in this frame): the hot path makes one Python call here,
+        not three (each is a measurable share of the gap to the contention benchmark's floor).
 
         The drain hands free permits to the head of the line while both exist (dead waiters
         skipped), and appends the waiters it took to `taken`, woken after the mutex is left.
@@ -237,12 +238,12 @@ class _SharedPermits:
         (its `done` flag), the drain and the wake-ups can always run again (a woken waiter is
         not harmed by a second wake-up). The mutex is taken inside the ``try``: an exception
         raised right after ``acquire`` returned still releases it; an ``acquire`` interrupted
-        while it waited never took it (the release then raises RuntimeError, ignored). An
-        error the section returns (an over-release) is raised at the end.
+        while it waited never took it (the release then raises RuntimeError, ignored).
         """
         mutex = self._mutex
         taken: list[SharedWaiter] = []
         error: BaseException | None = None
+        released = False  # the inlined release's `done` flag
         while True:
             try:
                 while True:
@@ -253,16 +254,23 @@ class _SharedPermits:
                                 found = section(*args)
                                 if found is not None:
                                     error = found
-                            elif not args[1][0]:  # type: ignore[index]
+                            elif not released:
                                 # _release_locked inlined (keep in step).
                                 resumed = self._resumed
                                 while resumed:  # _fold_locked inlined
                                     del resumed[0]
                                     self._woken -= 1
                                 if self._bound is not None:
-                                    error = self._release_locked(*args)  # type: ignore[arg-type]
+                                    try:
+                                        self._check_release_locked(args[0])  # type: ignore[arg-type]
+                                    except (ValueError, RuntimeError) as exc:
+                                        error = exc  # nothing changed: nothing to do again
+                                        released = True
+                                    else:
+                                        released = True  # no checkpoint from here to the add
+                                        self._value += args[0]  # type: ignore[operator]
                                 else:
-                                    args[1][0] = True  # type: ignore[index]
+                                    released = True
                                     self._value += args[0]  # type: ignore[operator]
                             line = self._line
                             while self._value and line:  # the drain
@@ -293,8 +301,7 @@ class _SharedPermits:
                 break
             except BaseException as exc:
                 hold(exc)
-        if error is not None:
-            raise error
+        return error
 
     def _exit(self) -> None:
         self._mutex.release()
@@ -311,10 +318,9 @@ class _SharedPermits:
                 section, args = deferred.popleft()
             except IndexError:
                 return
-            try:
-                self._complete(section, *args)
-            except Exception as exc:  # a deferred over-release: nobody to raise it to
-                sys.unraisablehook(_unraisable(exc, self))  # type: ignore[arg-type]
+            error = self._complete(section, *args)
+            if error is not None:  # a deferred over-release: nobody to raise it to
+                sys.unraisablehook(_unraisable(error, self))  # type: ignore[arg-type]
 
     def _locked_or_deferred(self, section: Callable[..., BaseException | None],
                             *args: object) -> None:
@@ -336,15 +342,13 @@ class _SharedPermits:
         if self._mutex._is_owned():  # type: ignore[attr-defined]
             self._deferred.append((self._release_locked, (n, [False])))  # see above
             return
-        done = [False]
         try:
-            self._complete(None, n, done)  # None: the release, inlined
-        except BaseException as exc:
-            if done[0] and isinstance(exc, (ValueError, RuntimeError)):
-                raise  # an over-release: nothing changed
-            # Raised at _complete's first checkpoint, before it began: again.
+            error = self._complete(None, n)  # None: the release, inlined
+        except BaseException as exc:  # at _complete's first checkpoint, before it began: again
             hold(exc)
-            self._complete(None, n, done)
+            error = self._complete(None, n)
+        if error is not None:
+            raise error  # an over-release: nothing changed
         try:
             if self._deferred:
                 self._run_deferred()

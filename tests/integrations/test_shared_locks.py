@@ -461,6 +461,30 @@ def test_release_from_del_inside_the_mutex_is_deferred_in_fifo_order() -> None:
     assert sem.statistics().value == 1
 
 
+def test_deferred_over_release_is_reported_not_applied(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An over-release made from a finalizer inside the mutex has nobody to raise to: it is
+    reported through sys.unraisablehook when the section ends, and changes nothing."""
+    reported: list[BaseException | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda info: reported.append(info.exc_value))
+    for primitive in (SharedBoundedSemaphore(1), SharedLock()):
+        primitive._mutex.acquire()  # what each section does first
+        try:
+            primitive.release()  # at its bound (a lock: not acquired): deferred
+        finally:
+            primitive._exit()  # the section's exit runs the deferred release
+        assert primitive._value == 1 and not primitive.locked()
+    assert [type(exc) for exc in reported] == [ValueError, RuntimeError]
+    bounded = SharedBoundedSemaphore(1)
+    assert bounded.blocking.acquire()
+    bounded._mutex.acquire()
+    try:
+        bounded.release()  # a valid release, deferred: applied at the exit
+    finally:
+        bounded._exit()
+    assert bounded.statistics().value == 1 and len(reported) == 2
+
+
 def test_release_from_weakref_callback_freed_inside_a_section() -> None:
     """A thread that timed out leaves a tombstone in the line; the release that pops it frees it
     inside the mutex, and a weakref callback on it releases re-entrantly there: deferred to the
