@@ -21,8 +21,8 @@
 - **loop lag under thread contention**: the p99 delay of a ``call_soon`` callback on a loop whose
   4 tasks contend with 4 threads on 2 permits: ours (`SharedSemaphore`), culsans (a queue of 2
   tokens: get = acquire, put = release), aiologic, and the floor above (the contention itself
-  lags the loop; the floor's lag is the part no primitive removes). A primitive whose mutex the
-  loop thread blocks on shows here.
+  lags the loop; the floor's lag is the part no primitive removes), in runs paired as the
+  first row's. A primitive whose mutex the loop thread blocks on shows here.
 - **wake-ups per call**: for ``Portal.call`` and ``asyncio.run_coroutine_threadsafe`` on the same
   loop, the wake-up writes per call (to the loop's self-pipe or the portal's own wake-up socket:
   each is a cross-thread wake-up of the loop) and the caller thread's voluntary context switches
@@ -143,12 +143,12 @@ def _primitive(kind: str) -> tuple[Callable[[], None], Callable[[], Awaitable[No
 
 
 def _run_contention(
-    portal: Portal, kind: str, iters: int, probe: Callable[[], Awaitable[float]] | None = None,
-    clock: str = "wall",
-) -> tuple[float, float, float]:
+    portal: Portal, kind: str, iters: int,
+    probe: Callable[[], Awaitable[list[float]]] | None = None, clock: str = "wall",
+) -> tuple[float, float, list[float]]:
     """4 threads + 4 tasks, `iters` acquisitions each: (what `clock` counted: "wall" seconds,
     "cpu" seconds of the process or the process's context "switches"; the acquisitions; the
-    probe's result).
+    probe's result, or an empty list).
 
     The start is fair: this thread holds every permit until all 8 parties wait in line, then
     releases them, and the clock starts there. Started one by one instead, a thread could run
@@ -173,10 +173,10 @@ def _run_contention(
             acquire_thread()
             release()
 
-    async def tasks() -> float:
+    async def tasks() -> list[float]:
         go.append(asyncio.get_running_loop().create_future())
         work = asyncio.gather(*(task() for _ in range(TASKS)))
-        result = 0.0
+        result: list[float] = []
         if probe is not None:
             await go[0]
             result = await probe()
@@ -259,13 +259,13 @@ def can_pin() -> bool:
     return hasattr(os, "sched_setaffinity") and os.path.isdir("/proc/self/task")
 
 
-def loop_lag(portal: Callable[[], Portal], kind: str, iters: int) -> Sample:
-    """p99 delay (us) of a ``call_soon`` callback on the loop while its tasks contend."""
-    async def probe() -> float:
+def _lag_probe(count: int) -> Callable[[], Awaitable[list[float]]]:
+    """A probe for `_run_contention`: the delays (us) of `count` chained ``call_soon``
+    callbacks on the running loop."""
+    async def probe() -> list[float]:
         loop = asyncio.get_running_loop()
         delays: list[float] = []
         done = loop.create_future()
-        count = iters
 
         def tick(scheduled: float) -> None:
             delays.append(time.perf_counter() - scheduled)
@@ -276,10 +276,35 @@ def loop_lag(portal: Callable[[], Portal], kind: str, iters: int) -> Sample:
 
         loop.call_soon(tick, time.perf_counter())
         await done
-        delays.sort()
-        return delays[int(len(delays) * 0.99) - 1] * 1e6
+        return [delay * 1e6 for delay in delays]
 
-    return lambda: _run_contention(portal(), kind, iters, probe)[2]
+    return probe
+
+
+def _p99(delays: list[float]) -> float:
+    ordered = sorted(delays)
+    return ordered[int(len(ordered) * 0.99) - 1]
+
+
+#: The loop-lag row's contenders: culsans joins them (a queue of 2 tokens).
+LAG_KINDS = {OURS: "ours", "culsans": "culsans", "aiologic": "aiologic", "floor": "floor"}
+
+
+def loop_lag(portal: Callable[[], Portal], iters: int) -> dict[str, Sample]:
+    """Samples for `LAG_KINDS`: the p99 delay (us) of a ``call_soon`` callback on the loop
+    while its tasks contend (`iters` acquisitions per party per round). A round is `BLOCKS`
+    runs of each kind in alternation (`paired`); its sample is the p99 of the delays of its
+    runs pooled (the p99 of one short run is its few slowest ticks: too noisy alone)."""
+    per = max(iters // BLOCKS, 1)
+
+    def run(kind: str) -> Callable[[], tuple[list[float], float]]:
+        def block() -> tuple[list[float], float]:
+            return _run_contention(portal(), kind, per, _lag_probe(per))[2], 1.0
+
+        return block
+
+    return paired(BLOCKS, lambda delays, _: _p99(delays),
+                  {name: run(kind) for name, kind in LAG_KINDS.items()})
 
 
 def wakeups_per_call(portal: Callable[[], Portal], how: str, what: str, n: int) -> Sample:
@@ -356,13 +381,10 @@ def metrics(quick: bool, portal: Callable[[], Portal]) -> list[Metric]:
                "lower", contention(portal, iters, "switches"), floor="floor",
                note="context switches of the whole process per acquisition, in runs as the "
                     "first row's (a thread blocked, on the semaphore or the GIL, then woken)"),
-        Metric("loop lag under thread contention (p99)", "us", "lower", {
-            OURS: loop_lag(portal, "ours", iters),
-            "culsans": loop_lag(portal, "culsans", iters),
-            "aiologic": loop_lag(portal, "aiologic", iters),
-            "floor": loop_lag(portal, "floor", iters),
-        }, floor="floor", note="call_soon delay on a loop whose 4 tasks contend with 4 threads "
-           "on 2 permits; culsans: a queue of 2 tokens; floor: the semaphore floor above"),
+        Metric("loop lag under thread contention (p99)", "us", "lower", loop_lag(portal, iters),
+               floor="floor", note="call_soon delay on a loop whose 4 tasks contend with 4 "
+               f"threads on 2 permits, the p99 of a round's {BLOCKS} runs of each in "
+               "alternation; culsans: a queue of 2 tokens; floor: the semaphore floor above"),
         Metric("loop wake-ups per thread->loop call", "writes/call", "lower", {
             OURS: wakeups_per_call(portal, "portal", "loop", calls),
             "run_coroutine_threadsafe": wakeups_per_call(portal, "rcts", "loop", calls),

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import cast
+from typing import TypeVar, cast
 
 # The table is the one the docs pages show: `executors bench` renders results files with the same
 # function (benchmarks are scripts, outside the package's import graph).
@@ -29,6 +29,10 @@ __all__ = ("OURS", "RESULTS_DIR", "Metric", "measure", "paired", "parse_args",
            "process_cpu_seconds", "process_switches", "quick_mode", "run_area", "thread_wake_us")
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+#: What a `paired` block measured: a float (seconds, switches) or anything that adds up.
+_Amount = TypeVar("_Amount")
 
 
 @dataclasses.dataclass
@@ -104,13 +108,14 @@ def measure(metric: Metric, rounds: int) -> dict[str, object]:
     return _summary(metric, samples)
 
 
-def paired(blocks: int, finish: Callable[[float, float], float],
-           contenders: dict[str, Callable[[], tuple[float, float]]],
+def paired(blocks: int, finish: Callable[[_Amount, float], float],
+           contenders: dict[str, Callable[[], tuple[_Amount, float]]],
            before: Callable[[], None] | None = None) -> dict[str, Callable[[], float]]:
     """Sampling functions for `contenders` measured together, block by block, in alternation.
 
     Each contender's function runs one block and returns (amount, work): seconds (or CPU
-    seconds, or context switches) spent on that much work (calls, acquisitions). The first of
+    seconds, or context switches) spent on that much work (calls, acquisitions), or anything
+    else the blocks add up with ``+`` (a list of delays, pooled). The first of
     them called in a round runs `blocks` blocks of every contender, the order reversed every
     other block (so neither goes first after `before`, which runs before each block), and keeps
     each one's ``finish(total amount, total work)`` for its own call in that round.
@@ -123,15 +128,17 @@ def paired(blocks: int, finish: Callable[[float, float], float],
     kept: dict[str, float] = {}
 
     def run() -> None:
-        totals = {name: [0.0, 0.0] for name in contenders}
+        totals: dict[str, tuple[_Amount, float]] = {}
         names = list(contenders)
         for block in range(blocks):
             if before is not None:
                 before()
             for name in names if block % 2 == 0 else reversed(names):
                 amount, work = contenders[name]()
-                totals[name][0] += amount
-                totals[name][1] += work
+                if name in totals:
+                    pooled, done = totals[name]
+                    amount, work = pooled + amount, done + work  # type: ignore[operator]
+                totals[name] = (amount, work)
         kept.update((name, finish(amount, work)) for name, (amount, work) in totals.items())
 
     def sample(name: str) -> Callable[[], float]:

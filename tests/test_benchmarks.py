@@ -172,3 +172,29 @@ def test_paired_contenders_run_block_by_block_in_alternation() -> None:
     assert len(log) == 9
     assert samples["a"]() == 0.5  # a new round
     assert len(log) == 18
+
+
+def test_paired_blocks_pool_what_adds_up() -> None:
+    """A block may return any amount that adds up, not only a float: the loop-lag row's blocks
+    return their delays, and the round's sample is the p99 of them pooled, not a mean of short
+    runs' p99s (each is its run's few slowest ticks)."""
+    from benchmarks._harness import paired
+
+    runs = iter([[1.0, 9.0], [2.0], [3.0, 4.0], [5.0]])
+    samples = paired(2, lambda delays, runs: max(delays) * 10 + runs,
+                     {"a": lambda: (next(runs), 1.0), "b": lambda: (next(runs), 1.0)})
+    assert samples["a"]() == 92.0  # [1, 9] + [5] pooled (a runs first, then last): max 9, 2 runs
+    assert samples["b"]() == 42.0  # [2] + [3, 4] pooled: max 4, 2 runs
+
+
+def test_loop_lag_pools_every_run_of_a_round() -> None:
+    """The loop-lag row runs each contender `BLOCKS` times in alternation and takes the p99 of
+    all their ticks: a real, positive delay for every contender."""
+    from benchmarks import _bridge_permits
+    from integrations.bridge import Portal
+
+    with Portal() as portal:
+        samples = _bridge_permits.loop_lag(lambda: portal, 2 * _bridge_permits.BLOCKS)
+        lags = {name: sample() for name, sample in samples.items()}
+    assert set(lags) == set(_bridge_permits.LAG_KINDS)
+    assert all(0 < lag < 10e6 for lag in lags.values()), lags
