@@ -59,6 +59,8 @@ __all__ = (
     "loop_lag",
     "wakeups_per_call",
     "FloorSemaphore",
+    "wait_for_line",
+    "check_line",
 )
 
 Sample = Callable[[], float]
@@ -187,10 +189,7 @@ def _run_contention(
         future = portal.start_task_soon(tasks)
         for _ in range(THREADS):
             group.start(thread)
-        deadline = time.monotonic() + 30
-        while waiting() < THREADS + TASKS and time.monotonic() < deadline:
-            time.sleep(0.001)
-        parked = waiting()
+        parked = wait_for_line(waiting)
         switches, cpu, start = process_switches(), process_cpu_seconds(), time.perf_counter()
         for _ in range(PERMITS):
             release()
@@ -199,9 +198,24 @@ def _run_contention(
     probed = future.result()
     amount = (process_switches() - switches if clock == "switches"
               else process_cpu_seconds() - cpu if clock == "cpu" else time.perf_counter() - start)
+    check_line(kind, parked)
+    return amount, (THREADS + TASKS) * iters, probed
+
+
+def wait_for_line(waiting: Callable[[], int]) -> int:
+    """The fair start's wait: until all `THREADS` + `TASKS` parties wait in line (30 s at
+    most), polling `waiting`; how many do (`check_line` it once the run is over)."""
+    deadline = time.monotonic() + 30
+    while waiting() < THREADS + TASKS and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return waiting()
+
+
+def check_line(kind: str, parked: int) -> None:
+    """Raise if not every party waited at the start: such a run measured a party running
+    alone, not contention."""
     if parked != THREADS + TASKS:
         raise RuntimeError(f"{kind}: {parked} of {THREADS + TASKS} parties waited at the start")
-    return amount, (THREADS + TASKS) * iters, probed
 
 
 #: The contenders of the semaphore rows: their names in the results, and `_primitive`'s kinds.

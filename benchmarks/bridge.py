@@ -56,6 +56,7 @@ import janus
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from asgiref.sync import async_to_sync
 
+from benchmarks import _bridge_permits
 from benchmarks._harness import (
     OURS,
     Metric,
@@ -453,18 +454,14 @@ def contention(kind: str, iters: int) -> Sample:
             futures = [portal.start_task_soon(task) for _ in range(TASKS)]
             for _ in range(THREADS):
                 group.start(thread)
-            deadline = time.monotonic() + 30
-            while portal.call(waiting) < THREADS + TASKS and time.monotonic() < deadline:
-                time.sleep(0.001)
-            parked = portal.call(waiting)
+            parked = _bridge_permits.wait_for_line(partial(portal.call, waiting))
             start = time.perf_counter()
             for _ in range(PERMITS):
                 for_threads.release()
         for f in futures:
             f.result()
         spent = time.perf_counter() - start
-        if parked != THREADS + TASKS:
-            raise RuntimeError(f"{kind}: {parked} of {THREADS + TASKS} parties waited at the start")
+        _bridge_permits.check_line(kind, parked)
         return (THREADS + TASKS) * iters / spent
 
     return sample
@@ -562,13 +559,8 @@ def metrics(quick: bool) -> list[Metric]:
 
 
 def _with_permits(quick: bool) -> list[Metric]:
-    """This module's metrics, then the shared semaphore and loop-lag ones where present."""
-    found = metrics(quick)
-    try:
-        from benchmarks import _bridge_permits
-    except ImportError:  # the permits module is optional here
-        return found
-    return found + _bridge_permits.metrics(quick, _portal)
+    """This module's metrics, then the shared semaphore and loop-lag ones."""
+    return metrics(quick) + _bridge_permits.metrics(quick, _portal)
 
 
 def main(argv: list[str] | None = None) -> None:
