@@ -18,6 +18,10 @@
   state (the results' ``thread_wake_us``).
 - **thread switches per acquisition**, in runs as the first row's: every switch is a thread
   that blocked and was woken, a cost set by the machine, the same to every column.
+- **Python bytecodes per acquisition**, in a run as the first row's, counted by a trace function
+  in the loop's thread and the parties' threads: the Python work of an acquisition, which no
+  state of the machine changes (the rows above move with the cost of a thread wake-up), so its
+  ratio to the floor is what the guarantees cost in instructions.
 - **loop lag under thread contention**: the p99 delay of a ``call_soon`` callback on a loop whose
   4 tasks contend with 4 threads on 2 permits: ours (`SharedSemaphore`), culsans (a queue of 2
   tokens: get = acquire, put = release), aiologic, and the floor above (the contention itself
@@ -39,6 +43,7 @@ import asyncio
 import contextlib
 import os
 import resource
+import sys
 import threading
 import time
 from collections import deque
@@ -56,6 +61,7 @@ __all__ = (
     "metrics",
     "contention",
     "can_pin",
+    "bytecodes",
     "loop_lag",
     "wakeups_per_call",
     "FloorSemaphore",
@@ -268,6 +274,45 @@ def _one_cpu() -> Iterator[None]:
                 os.sched_setaffinity(tid, cpus)
 
 
+def bytecodes(portal: Callable[[], Portal], iters: int) -> dict[str, Sample]:
+    """Samples for `KINDS`: the Python bytecodes executed per acquisition by the threads of a
+    contention run (`iters` acquisitions per party), counted by a trace function in the loop's
+    thread and in the 4 parties' threads. The Python work of an acquisition, which no state of
+    the machine changes (the other rows' ratios move with the cost of a thread wake-up).
+
+    Tracing slows every thread alike, so the parties still contend; the measuring thread (its
+    polling before the start, its two releases) is not counted."""
+    def sample(kind: str) -> Sample:
+        def one() -> float:
+            target = portal()
+            count = [0]
+
+            def local(frame: Any, event: str, arg: Any) -> Any:
+                if event == "opcode":
+                    count[0] += 1  # no checkpoint inside the increment: no update is lost
+                return local
+
+            def tracer(frame: Any, event: str, arg: Any) -> Any:
+                frame.f_trace_opcodes = True
+                return local
+
+            async def trace_loop(on: bool) -> None:
+                sys.settrace(tracer if on else None)
+
+            target.call(trace_loop, True)
+            threading.settrace(tracer)
+            try:
+                _, acquisitions, _ = _run_contention(target, kind, iters)
+            finally:
+                threading.settrace(None)  # type: ignore[arg-type]
+                target.call(trace_loop, False)
+            return count[0] / acquisitions
+
+        return one
+
+    return {name: sample(kind) for name, kind in KINDS.items()}
+
+
 def can_pin() -> bool:
     """True where `_one_cpu` can pin the process's threads (Linux)."""
     return hasattr(os, "sched_setaffinity") and os.path.isdir("/proc/self/task")
@@ -395,6 +440,12 @@ def metrics(quick: bool, portal: Callable[[], Portal]) -> list[Metric]:
                "lower", contention(portal, iters, "switches"), floor="floor",
                note="context switches of the whole process per acquisition, in runs as the "
                     "first row's (a thread blocked, on the semaphore or the GIL, then woken)"),
+        Metric("shared semaphore: 4 threads + 4 tasks, Python bytecodes", "bytecodes/acquisition",
+               "lower", bytecodes(portal, 50 if quick else 300), floor="floor",
+               note="bytecodes run by the loop's thread and the 4 threads' (a trace function "
+                    "counts them) per acquisition, one run of 300 acquisitions per party per "
+                    "round: the Python work of an acquisition, which the machine's state does "
+                    "not change"),
         Metric("loop lag under thread contention (p99)", "us", "lower", loop_lag(portal, iters),
                floor="floor", note="call_soon delay on a loop whose 4 tasks contend with 4 "
                f"threads on 2 permits, the p99 of a round's {BLOCKS} runs of each in "

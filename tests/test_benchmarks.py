@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -198,3 +199,22 @@ def test_loop_lag_pools_every_run_of_a_round() -> None:
         lags = {name: sample() for name, sample in samples.items()}
     assert set(lags) == set(_bridge_permits.LAG_KINDS)
     assert all(0 < lag < 10e6 for lag in lags.values()), lags
+
+
+def test_bytecode_row_counts_every_party_and_leaves_no_tracer_behind() -> None:
+    """The bytecodes row counts the Python work of an acquisition in the loop's thread and the
+    parties' threads (hundreds of bytecodes each: a park, a hand-off, a wake-up), and removes
+    its trace functions afterwards, from new threads and from the loop's thread."""
+    from benchmarks import _bridge_permits
+    from integrations.bridge import Portal
+
+    async def loop_tracer() -> object:
+        return sys.gettrace()
+
+    with Portal() as portal:
+        counts = {name: sample()
+                  for name, sample in _bridge_permits.bytecodes(lambda: portal, 20).items()}
+        assert portal.call(loop_tracer) is None
+    assert threading.gettrace() is None
+    assert set(counts) == set(_bridge_permits.KINDS)
+    assert all(100 < count < 10_000 for count in counts.values()), counts
