@@ -12,15 +12,7 @@ import pytest
 
 import executors
 from executors import CancelToken, ThreadCancelled, ThreadGroup
-
-
-def wait_until(cond: object, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.001)
-
+from executors.testing import wait_until
 
 # -- CancelToken -------------------------------------------------------------------------------
 
