@@ -389,25 +389,6 @@ def test_a_schedule_no_process_here_declares_still_runs_and_changes_travel_withi
     other.close()
 
 
-def test_a_corrupt_record_is_reported_and_skipped_and_the_others_run(db: str) -> None:
-    """One unreadable record is listed in status().store.corrupt and logged; the others run."""
-    import contextlib
-    import sqlite3
-
-    with BackgroundService("a", store=db) as svc:
-        svc.schedule(Interval(3600), stored_jobs.seen, "bad", name="bad")
-        svc.schedule(Interval(0.2), stored_jobs.seen, "good", name="good")
-    with contextlib.closing(sqlite3.connect(db[10:])) as conn, conn:
-        conn.execute("UPDATE executors_schedules SET definition = '{\"trigger\": 3}', "
-                     "next_fire = 0 WHERE name = 'bad'")
-    with BackgroundService("b", store=db) as svc:
-        wait_until(lambda: len(stored_jobs.SEEN) >= 2, 10)
-        wait_until(lambda: svc.status().store.corrupt != (), 10)  # type: ignore[union-attr]
-        ((name, reason),) = svc.status().store.corrupt  # type: ignore[union-attr]
-    assert name == "bad" and "'trigger' must be a dict" in reason
-    assert {tag for tag, _, _ in stored_jobs.SEEN} == {"good"}
-
-
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 def test_pausing_a_stored_schedule_while_its_run_is_in_flight_loses_no_lease(
         kind: str, db: str) -> None:

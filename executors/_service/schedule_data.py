@@ -168,7 +168,8 @@ class StoreStatus:
     #: Every record of the store at the latest read (at most `SNAPSHOT_EVERY` old, or 20
     #: times the read when reading them all takes longer: at most 5 % of the loop).
     schedules: tuple[StoredSchedule, ...]
-    #: ``(name, reason)`` of each record that could not be read (skipped; the others run).
+    #: ``(name, reason)`` of each record that could not be read (skipped, the others run;
+    #: declaring the name again writes over it).
     corrupt: tuple[tuple[str, str], ...] = ()
 
 

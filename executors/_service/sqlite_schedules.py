@@ -37,11 +37,13 @@ from .store import (
     ScheduleDefinition,
     ScheduleRecord,
     StoreFormatError,
+    Unreadable,
     from_epoch,
     new_record,
     record_fields,
     record_from_fields,
     redeclared,
+    replacing,
     settle_claim,
     to_epoch,
 )
@@ -149,6 +151,12 @@ def _state_params(record: ScheduleRecord, changed: int, expect_version: int,
             state, record.claim_token, changed, record.name, expect_version)
 
 
+def _not_in(names: list[str]) -> str:
+    """A condition leaving out `names` (one placeholder each), or nothing when there are
+    none (the usual statement, as the statement cache knows it)."""
+    return f" AND name NOT IN ({', '.join('?' * len(names))})" if names else ""
+
+
 def _opt_epoch(instant: dt.datetime | None) -> float | None:
     return None if instant is None else to_epoch(instant)
 
@@ -179,6 +187,7 @@ class SQLiteScheduleStore:
         # name -> (its row, the record decoded from it): a row read again unchanged (a whole
         # look at the store) is not decoded again.
         self._decoded: dict[str, tuple[tuple[Any, ...], ScheduleRecord]] = {}
+        self._unreadable = Unreadable()
         conn = self._conn()
         # executescript commits first: the schema is made outside the format check's
         # transaction (every statement is IF NOT EXISTS, so racing processes agree).
@@ -238,8 +247,7 @@ class SQLiteScheduleStore:
         conn.execute("COMMIT")
 
     def now(self) -> dt.datetime:
-        (seconds,) = self._conn().execute(f"SELECT {_NOW}").fetchone()
-        return from_epoch(float(seconds))
+        return self._now(self._conn())
 
     def _decode(self, row: tuple[Any, ...]) -> ScheduleRecord:
         """Decode one row; a row that cannot be decoded raises `StoreFormatError` naming it."""
@@ -310,18 +318,32 @@ class SQLiteScheduleStore:
     def declare(self, definition: ScheduleDefinition,
                 first_fire: Callable[[dt.datetime], dt.datetime | None]) -> Declared:
         digest = definition.digest()
-        with self._write() as conn:
-            old = self._read(conn, definition.name)
+        name = definition.name
+        with self._unreadable.writing(name), self._write() as conn:
+            try:
+                old = self._read(conn, name)
+            except StoreFormatError as exc:
+                # Written over inside this write transaction: no other writer in between.
+                (stored_version,) = conn.execute(
+                    "SELECT version FROM executors_schedules WHERE name = ?", (name,)).fetchone()
+                conn.execute("DELETE FROM executors_schedules WHERE name = ?", (name,))
+                record = replacing(definition, first_fire(self._now(conn)), stored_version)
+                self._put(conn, record, None)
+                return Declared(record, "replaced", str(exc))
             if old is not None and old.digest == digest:
                 return Declared(old, "unchanged")
-            (seconds,) = conn.execute(f"SELECT {_NOW}").fetchone()
-            record = new_record(definition, first_fire(from_epoch(float(seconds))))
+            record = new_record(definition, first_fire(self._now(conn)))
             if old is None:
                 self._put(conn, record, None)
                 return Declared(record, "added")
             record = redeclared(old, definition, record.next_fire)
             self._put(conn, record, old.version)
             return Declared(record, "changed")
+
+    @staticmethod
+    def _now(conn: sqlite3.Connection) -> dt.datetime:
+        (seconds,) = conn.execute(f"SELECT {_NOW}").fetchone()
+        return from_epoch(float(seconds))
 
     def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
               on_crash: Callable[[ScheduleRecord], OnCrash]) -> list[Claim]:
@@ -345,21 +367,23 @@ class SQLiteScheduleStore:
         """The claim, inside the caller's write transaction."""
         claims: list[Claim] = []
         token = uuid.uuid4().hex  # the batch's: unique with each record's name
-        (seconds,) = conn.execute(f"SELECT {_NOW}").fetchone()
-        now = from_epoch(float(seconds))
+        now = self._now(conn)
+        mark, skip = self._unreadable.mark(), self._unreadable.names()
         # Due records first, then runs whose lease expired (to settle them once).
         rows = conn.execute(
             f"SELECT {_COLUMNS} FROM executors_schedules "
-            "WHERE (paused = 0 AND running_fire IS NULL AND next_fire <= :now) "
-            "   OR (running_fire IS NOT NULL AND lease_until < :now) "
-            "ORDER BY COALESCE(running_fire, next_fire) LIMIT :limit",
-            {"now": to_epoch(now), "limit": limit}).fetchall()
+            "WHERE ((paused = 0 AND running_fire IS NULL AND next_fire <= ?) "
+            "   OR (running_fire IS NOT NULL AND lease_until < ?))"
+            f"{_not_in(skip)} ORDER BY COALESCE(running_fire, next_fire) LIMIT ?",
+            (to_epoch(now), to_epoch(now), *skip, limit)).fetchall()
         changed = 0  # one counter value for the whole batch, taken at its first write
         for row in rows:
             try:
                 record = self._decode(row)
             except StoreFormatError:
-                continue  # reported by corrupt(); the others still run
+                # Reported by corrupt(); the others still run, and it is left out for a while.
+                self._unreadable.add(str(row[0]), mark)
+                continue
             settled = settle_claim(record, owner, now, lease, planner, on_crash, token)
             if settled is None:
                 continue
@@ -370,10 +394,12 @@ class SQLiteScheduleStore:
         return claims
 
     def next_due(self) -> tuple[dt.datetime, dt.datetime | None]:
+        skip = self._unreadable.names()
         now, fire, lease = self._conn().execute(
             f"SELECT {_NOW}, (SELECT MIN(next_fire) FROM executors_schedules "
-            "WHERE paused = 0 AND running_fire IS NULL), (SELECT MIN(lease_until) FROM "
-            "executors_schedules WHERE running_fire IS NOT NULL)").fetchone()
+            f"WHERE paused = 0 AND running_fire IS NULL{_not_in(skip)}), (SELECT "
+            "MIN(lease_until) FROM executors_schedules WHERE running_fire IS NOT NULL"
+            f"{_not_in(skip)})", (*skip, *skip)).fetchone()
         earliest = min((x for x in (fire, lease) if x is not None), default=None)
         return from_epoch(float(now)), None if earliest is None else from_epoch(float(earliest))
 
@@ -424,7 +450,7 @@ class SQLiteScheduleStore:
         return self._change(name, next_fire=next_fire)
 
     def remove(self, name: str) -> bool:
-        with self._write() as conn:
+        with self._unreadable.writing(name), self._write() as conn:
             # Stamped before the row goes: the stamp then exceeds the removed row's own.
             stamp = self._bump(conn)
             cur = conn.execute("DELETE FROM executors_schedules WHERE name = ?", (name,))

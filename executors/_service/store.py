@@ -35,13 +35,16 @@ once however many processes serve the store.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import hashlib
 import importlib
+import itertools
 import json
+import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Literal, Protocol, TypeGuard
 
 from executors._urls import redact
@@ -67,6 +70,9 @@ __all__ = (
     "redeclared",
     "settle_claim",
     "finish_record",
+    "replacing",
+    "Unreadable",
+    "UNREADABLE_RECHECK",
     "holds",
     "open_store",
     "sqlite_path",
@@ -242,12 +248,17 @@ Planner = Callable[[ScheduleRecord, dt.datetime], Plan]
 
 @dataclasses.dataclass(frozen=True)
 class Declared:
-    """What `ScheduleStore.declare` did: ``"added"``, ``"unchanged"`` or ``"changed"``."""
+    """What `ScheduleStore.declare` did: ``"added"``, ``"unchanged"``, ``"changed"`` or
+    ``"replaced"``."""
 
     #: The record as stored after the declaration.
     record: ScheduleRecord
-    #: ``"added"`` (new), ``"unchanged"`` (state kept) or ``"changed"`` (definition replaced).
-    outcome: Literal["added", "unchanged", "changed"]
+    #: ``"added"`` (new), ``"unchanged"`` (state kept), ``"changed"`` (definition replaced,
+    #: state kept) or ``"replaced"`` (the stored record could not be read: a new record took
+    #: its place, its state starting again).
+    outcome: Literal["added", "unchanged", "changed", "replaced"]
+    #: Why the record that was replaced could not be read (``"replaced"`` only).
+    unreadable: str = ""
 
 
 class ScheduleStore(Protocol):
@@ -263,7 +274,9 @@ class ScheduleStore(Protocol):
                 first_fire: Callable[[dt.datetime], dt.datetime | None]) -> Declared:
         """Add a schedule, or keep its state if unchanged, or replace a changed definition.
 
-        `first_fire(store_now)` gives the next fire time of a new or changed schedule.
+        `first_fire(store_now)` gives the next fire time of a new or changed schedule. A
+        stored record that cannot be read is replaced by a new one (the code's declaration
+        is what the schedule is; the unreadable state cannot be kept).
         """
 
     def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
@@ -274,7 +287,8 @@ class ScheduleStore(Protocol):
         """``(store now, earliest)``: the store's clock and the earliest instant a `claim`
         could find work (the least next fire time of the unpaused records with no run in
         progress, or the least lease end of the runs in progress), None if none. One cheap
-        read: a claimer sleeps ``earliest - now`` on its monotonic clock."""
+        read: a claimer sleeps ``earliest - now`` on its monotonic clock. Records a claim
+        found unreadable are left out (`Unreadable`)."""
 
     def renew(self, claim: Claim, lease: float) -> bool:
         """Extend `claim`'s lease; False if the record no longer holds `claim` (its token):
@@ -440,6 +454,71 @@ def open_store(url: str) -> ScheduleStore:
     return factory(sqlite_path(url) if scheme == "sqlite" else url)
 
 
+#: Seconds a store leaves a record it could not read out of its claims and `next_due` before
+#: reading it again (see `Unreadable`).
+UNREADABLE_RECHECK = 30.0
+
+
+class Unreadable:
+    """The names of the records a claim found due but could not read, left out of the
+    store's claims and of `ScheduleStore.next_due` for `recheck` seconds.
+
+    Why: a corrupt record keeps its next fire time, so it would stay the earliest due
+    record for ever. Every pass of the serving loop would find work due at once and claim
+    nothing (a loop spinning on the store, starving the schedules that can run), and enough
+    such records would fill every claim's batch. Read again after `recheck`, a record
+    repaired by hand or by another process is served again; one that this process declares
+    again, or removes, is read again at once (`writing`).
+
+    A declaration runs on the caller's thread while the serving loop claims: a claim that
+    read the old record before the declaration wrote over it must not leave the new record
+    out. So a claim takes a `mark` before it reads, and `add` ignores a name written since.
+    The store's threads share it: each operation is one dict operation or one step of a
+    counter, atomic under the GIL, and `names` works on a copy.
+    """
+
+    def __init__(self, recheck: float = UNREADABLE_RECHECK) -> None:
+        self.recheck = recheck
+        self._until: dict[str, float] = {}
+        self._ticks = itertools.count()
+        self._written: dict[str, int] = {}  # name -> the tick of its latest write here
+
+    def mark(self) -> int:
+        """Taken before a claim reads the records it may find unreadable."""
+        return next(self._ticks)
+
+    def add(self, name: str, mark: int) -> None:
+        """`name` could not be read by a read begun at `mark`: leave it out until `recheck`
+        seconds from now, unless this process has written it since."""
+        if self._written.get(name, -1) < mark:
+            self._until[name] = time.monotonic() + self.recheck
+
+    def written(self, name: str) -> None:
+        """`name` was written or removed here (called once the write is committed): read
+        it again from now on."""
+        self._written[name] = next(self._ticks)
+        self._until.pop(name, None)
+
+    @contextlib.contextmanager
+    def writing(self, name: str) -> Iterator[None]:
+        """Around a write of `name` and its commit (entered before the transaction):
+        `written` when it ends, whether or not anything was written."""
+        try:
+            yield
+        finally:
+            self.written(name)
+
+    def names(self) -> list[str]:
+        """The names to leave out now (an empty list, the usual case, costs one test)."""
+        if not self._until:
+            return []
+        now = time.monotonic()
+        for name, until in list(self._until.items()):
+            if until <= now:
+                self._until.pop(name, None)
+        return list(self._until)
+
+
 # -- the memory store ---------------------------------------------------------------------------
 
 
@@ -451,6 +530,14 @@ def new_record(definition: ScheduleDefinition, next_fire: dt.datetime | None,
     """The record of a schedule just added: not paused, no run yet, counters at zero."""
     return ScheduleRecord(definition, definition.digest(), False, next_fire, version, None,
                           None, None, 0, dict.fromkeys(_COUNTERS, 0), None, None)
+
+
+def replacing(definition: ScheduleDefinition, next_fire: dt.datetime | None,
+              stored_version: object) -> ScheduleRecord:
+    """The record a declaration writes over an unreadable one: new, at a version above the
+    stored one when that is readable (a claim made on the old version cannot match)."""
+    old = stored_version if isinstance(stored_version, int) and stored_version > 0 else 0
+    return new_record(definition, next_fire, version=old + 1)
 
 
 def redeclared(old: ScheduleRecord, definition: ScheduleDefinition,

@@ -274,7 +274,15 @@ class StoreLoop:
         self.wanted = True
         self.relist.add(definition.name)  # declared here now (its row may not have changed)
         events = self.scheduler.events
-        if result.outcome == "changed":
+        if result.outcome == "replaced":
+            # Not "changed": nothing of the stored state could be kept.
+            logger.error("%s: stored schedule %r could not be read (%s) and is replaced by "
+                         "this declaration in %s: %s -> %s (its state starts again)",
+                         self.name, definition.name, result.unreadable,
+                         self.store.display_url, trigger.describe(), definition.target)
+            if ScheduleChanged in events.wanted:
+                events.emit(ScheduleChanged(definition.name, trigger.describe()))
+        elif result.outcome == "changed":
             logger.warning("%s: schedule %r changed in %s: now %s -> %s (its state is kept)",
                            self.name, definition.name, self.store.display_url,
                            trigger.describe(), definition.target)

@@ -33,6 +33,7 @@ from executors._service.store import (
     ScheduleDefinition,
     ScheduleRecord,
     StoreFormatError,
+    Unreadable,
     finish_record,
     from_epoch,
     holds,
@@ -40,6 +41,7 @@ from executors._service.store import (
     record_fields,
     record_from_fields,
     redeclared,
+    replacing,
     settle_claim,
     to_epoch,
 )
@@ -94,6 +96,7 @@ class MongoScheduleStore:
     def __init__(self, url: str, *, connect_timeout: float = 10.0) -> None:
         self.display_url = redact(url)
         self._window = 1  # see _WIDEST
+        self._unreadable = Unreadable()
         ms = int(connect_timeout * 1000)
         self._client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
             url, serverSelectionTimeoutMS=ms, connectTimeoutMS=ms)
@@ -132,9 +135,25 @@ class MongoScheduleStore:
     def declare(self, definition: ScheduleDefinition,
                 first_fire: Callable[[dt.datetime], dt.datetime | None]) -> Declared:
         digest = definition.digest()
+        with self._unreadable.writing(definition.name):
+            return self._declare(definition, digest, first_fire)
+
+    def _declare(self, definition: ScheduleDefinition, digest: str,
+                 first_fire: Callable[[dt.datetime], dt.datetime | None]) -> Declared:
         while True:
             doc = self._records.find_one({"_id": definition.name})
-            old = None if doc is None else _from_doc(doc)
+            try:
+                old = None if doc is None else _from_doc(doc)
+            except StoreFormatError as exc:
+                assert doc is not None
+                record = replacing(definition, first_fire(self.now()), doc.get("version"))
+                # Over the document as read (its version, or its lack of one): a change made
+                # meanwhile by another process is read again.
+                if self._records.replace_one({"_id": definition.name,
+                                              "version": doc.get("version")},
+                                             _to_doc(record)).matched_count == 1:
+                    return Declared(record, "replaced", str(exc))
+                continue
             if old is not None and old.digest == digest:
                 return Declared(old, "unchanged")
             record = new_record(definition, first_fire(self.now()))
@@ -165,13 +184,14 @@ class MongoScheduleStore:
               on_crash: Callable[[ScheduleRecord], OnCrash]) -> list[Claim]:
         now = self.now()
         at = to_epoch(now)
+        mark, skip = self._unreadable.mark(), self._skip()
         # Two queries, not one ``$or``: nx-27017 (the tests' server) answers ``$or`` with
         # nothing. Expired leases are rare, and both queries use the store's `at`.
         docs = list(self._records.find(
-            {"running_fire": {"$ne": None}, "lease_until": {"$lt": at}}).limit(limit))
+            {"running_fire": {"$ne": None}, "lease_until": {"$lt": at}, **skip}).limit(limit))
         wanted = limit - len(docs)
         due = list(self._records.find(
-            {"paused": False, "running_fire": None, "next_fire": {"$lte": at}},
+            {"paused": False, "running_fire": None, "next_fire": {"$lte": at}, **skip},
         ).sort("next_fire", pymongo.ASCENDING).limit(wanted * self._window))
         docs += random.sample(due, wanted) if len(due) > wanted > 0 else due
         token = uuid.uuid4().hex
@@ -181,7 +201,9 @@ class MongoScheduleStore:
             try:
                 record = _from_doc(doc)
             except StoreFormatError:
-                continue  # reported by corrupt(); the others still run
+                # Reported by corrupt(); the others still run, and it is left out a while.
+                self._unreadable.add(str(doc["_id"]), mark)
+                continue
             settled = settle_claim(record, owner, now, lease, planner, on_crash, token)
             if settled is None:
                 continue
@@ -207,15 +229,21 @@ class MongoScheduleStore:
             self._window = max(1, self._window // 2)
         return [claim for name, claim in pending.items() if name in won]
 
+    def _skip(self) -> dict[str, Any]:
+        """The condition leaving out the records found unreadable (`Unreadable`), if any."""
+        names = self._unreadable.names()
+        return {"_id": {"$nin": names}} if names else {}
+
     def next_due(self) -> tuple[dt.datetime, dt.datetime | None]:
         now = self.now()
+        skip = self._skip()
         found: list[float] = []
         # A numeric range ("any number"), not ``$ne: None``: a range walks the index from its
         # least number (nx-27017 answers ``$ne`` by scanning the collection).
         for query, key in (({"paused": False, "running_fire": None}, "next_fire"),
                            ({"running_fire": {"$ne": None}}, "lease_until")):
             found.extend(float(doc[key]) for doc in self._records.find(
-                {**query, key: {"$gt": -math.inf}}, {key: 1},
+                {**query, key: {"$gt": -math.inf}, **skip}, {key: 1},
             ).sort(key, pymongo.ASCENDING).limit(1))
         return now, from_epoch(min(found)) if found else None
 
@@ -258,7 +286,8 @@ class MongoScheduleStore:
         return self._change(name, next_fire=next_fire)
 
     def remove(self, name: str) -> bool:
-        return self._records.delete_one({"_id": name}).deleted_count == 1
+        with self._unreadable.writing(name):
+            return self._records.delete_one({"_id": name}).deleted_count == 1
 
     def get(self, name: str) -> ScheduleRecord | None:
         doc = self._records.find_one({"_id": name})

@@ -43,6 +43,7 @@ from executors._service.store import (
     ScheduleDefinition,
     ScheduleRecord,
     StoreFormatError,
+    Unreadable,
     finish_record,
     from_epoch,
     holds,
@@ -50,6 +51,7 @@ from executors._service.store import (
     record_fields,
     record_from_fields,
     redeclared,
+    replacing,
     settle_claim,
 )
 from executors._urls import redact
@@ -140,14 +142,24 @@ _CLAIM_WRITE = (
 # of partial indexes, not one ``OR`` (which PostgreSQL answers by scanning and sorting the whole
 # table, every claimer, every batch); SKIP LOCKED lets N claimers take disjoint batches side by
 # side. The outer LIMIT stops pulling from the second one once the first filled the batch.
+# ``name <> ALL(%s)``: the records a claim found unreadable are left out (`Unreadable`); an
+# empty array, the usual case, leaves out nothing.
 _CLAIMABLE = (
     f"WITH expired AS (SELECT {_COLUMNS} FROM executors_schedules "
     f"  WHERE running_fire IS NOT NULL AND lease_until < {_NOW} "
-    "  ORDER BY lease_until LIMIT %s FOR UPDATE SKIP LOCKED), "
+    "  AND name <> ALL(%s::text[]) ORDER BY lease_until LIMIT %s FOR UPDATE SKIP LOCKED), "
     f"due AS (SELECT {_COLUMNS} FROM executors_schedules "
     f"  WHERE NOT paused AND running_fire IS NULL AND next_fire <= {_NOW} "
-    "  ORDER BY next_fire LIMIT %s FOR UPDATE SKIP LOCKED) "
+    "  AND name <> ALL(%s::text[]) ORDER BY next_fire LIMIT %s FOR UPDATE SKIP LOCKED) "
     f"SELECT *, {_NOW} FROM (SELECT * FROM expired UNION ALL SELECT * FROM due) AS c LIMIT %s")
+
+# The store's clock, the least next fire time of the idle records and the least lease end of
+# the runs in progress: the ends of two partial indexes.
+_NEXT_DUE = (
+    f"SELECT {_NOW}, (SELECT MIN(next_fire) FROM executors_schedules "
+    "WHERE NOT paused AND running_fire IS NULL AND name <> ALL(%s::text[])), "
+    "(SELECT MIN(lease_until) FROM executors_schedules "
+    "WHERE running_fire IS NOT NULL AND name <> ALL(%s::text[]))")
 
 
 def _decode(row: tuple[Any, ...]) -> ScheduleRecord:
@@ -198,6 +210,7 @@ class PostgresScheduleStore:
         self._lock = threading.Lock()
         self._connections: list[psycopg.Connection[Any]] = []
         self._listeners: list[_Listener] = []
+        self._unreadable = Unreadable()
         try:
             with self._tx() as cur:
                 cur.execute(_SCHEMA_DONE)
@@ -283,21 +296,33 @@ class PostgresScheduleStore:
     def declare(self, definition: ScheduleDefinition,
                 first_fire: Callable[[dt.datetime], dt.datetime | None]) -> Declared:
         digest = definition.digest()
-        with self._tx() as cur:
-            cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (definition.name,))
-            old = self._read(cur, definition.name, lock=True)
+        name = definition.name
+        with self._unreadable.writing(name), self._tx() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (name,))
+            try:
+                old = self._read(cur, name, lock=True)
+                unreadable = ""
+            except StoreFormatError as exc:  # the row is locked (FOR UPDATE) all the same
+                old, unreadable = None, str(exc)
             if old is not None and old.digest == digest:
                 return Declared(old, "unchanged")
             cur.execute(f"SELECT {_NOW}")
             row = cur.fetchone()
             assert row is not None
-            record = new_record(definition, first_fire(from_epoch(float(row[0]))))
-            self._notify(cur, definition.name)
+            next_fire = first_fire(from_epoch(float(row[0])))
+            record = new_record(definition, next_fire)
+            self._notify(cur, name)
+            if unreadable:
+                cur.execute("DELETE FROM executors_schedules WHERE name = %s RETURNING version",
+                            (name,))
+                gone = cur.fetchone()
+                record = replacing(definition, next_fire, gone[0] if gone else None)
             if old is None:
                 cur.execute(f"INSERT INTO executors_schedules ({_COLUMNS}) VALUES "
                             "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                             _encode(record))
-                return Declared(record, "added")
+                return Declared(record, "replaced", unreadable) if unreadable \
+                    else Declared(record, "added")
             record = redeclared(old, definition, record.next_fire)
             self._write(cur, [(record, old.version)])
             return Declared(record, "changed")
@@ -305,8 +330,9 @@ class PostgresScheduleStore:
     def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
               on_crash: Callable[[ScheduleRecord], OnCrash]) -> list[Claim]:
         token = uuid.uuid4().hex  # the batch's: unique with each record's name
+        mark, skip = self._unreadable.mark(), self._unreadable.names()
         with self._tx() as cur:
-            cur.execute(_CLAIMABLE, (limit, limit, limit))
+            cur.execute(_CLAIMABLE, (skip, limit, skip, limit, limit))
             rows = cur.fetchall()
             writes: list[tuple[ScheduleRecord, int]] = []
             pending: dict[str, Claim] = {}
@@ -314,7 +340,9 @@ class PostgresScheduleStore:
                 try:
                     record = _decode(row[:12])
                 except StoreFormatError:
-                    continue  # reported by corrupt(); the others still run
+                    # Reported by corrupt(); the others still run, and it is left out a while.
+                    self._unreadable.add(str(row[0]), mark)
+                    continue
                 settled = settle_claim(record, owner, from_epoch(float(row[12])), lease,
                                        planner, on_crash, token)
                 if settled is None:
@@ -326,11 +354,9 @@ class PostgresScheduleStore:
         return [claim for name, claim in pending.items() if name in won]
 
     def next_due(self) -> tuple[dt.datetime, dt.datetime | None]:
+        skip = self._unreadable.names()
         with self._tx() as cur:
-            cur.execute(
-                f"SELECT {_NOW}, (SELECT MIN(next_fire) FROM executors_schedules "
-                "WHERE NOT paused AND running_fire IS NULL), (SELECT MIN(lease_until) FROM "
-                "executors_schedules WHERE running_fire IS NOT NULL)")
+            cur.execute(_NEXT_DUE, (skip, skip))
             row = cur.fetchone()
         assert row is not None
         earliest = min((float(x) for x in row[1:] if x is not None), default=None)
@@ -368,7 +394,7 @@ class PostgresScheduleStore:
         return self._change(name, next_fire=next_fire)
 
     def remove(self, name: str) -> bool:
-        with self._tx() as cur:
+        with self._unreadable.writing(name), self._tx() as cur:
             cur.execute("DELETE FROM executors_schedules WHERE name = %s", (name,))
             if cur.rowcount != 1:
                 return False

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import sqlite3
 import uuid
 from pathlib import Path
 
 import pymongo
 import pytest
 
-__all__ = ("empty_store_url",)
+from executors._service.store import sqlite_path
+
+__all__ = ("corrupt", "empty_store_url")
 
 
 def empty_store_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
@@ -29,3 +34,38 @@ def empty_store_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("DROP TABLE IF EXISTS executors_schedules, executors_meta")
     return dsn
+
+
+def corrupt(url: str, name: str, definition: dict[str, object], *,
+            format_version: int | None = None) -> None:
+    """Write `definition` raw into record `name` of the SQLite, MongoDB or PostgreSQL store
+    at `url` (due at once: next fire time 0), or set the store's format to
+    `format_version`."""
+    if url.startswith("sqlite"):
+        with contextlib.closing(sqlite3.connect(sqlite_path(url))) as conn, conn:
+            if format_version is not None:
+                conn.execute("UPDATE executors_meta SET value = ? WHERE key = 'format'",
+                             (str(format_version),))
+            else:
+                conn.execute("UPDATE executors_schedules SET definition = ?, next_fire = 0 "
+                             "WHERE name = ?", (json.dumps(definition), name))
+        return
+    if url.startswith("mongodb"):
+        with pymongo.MongoClient(url) as client:
+            db = client.get_default_database()
+            if format_version is not None:
+                db["executors_meta"].update_one({"_id": "format"},
+                                                {"$set": {"value": format_version}})
+            else:
+                db["executors_schedules"].update_one(
+                    {"_id": name}, {"$set": {"definition": definition, "next_fire": 0.0}})
+        return
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        if format_version is not None:
+            conn.execute("UPDATE executors_meta SET value = %s WHERE key = 'format'",
+                         (str(format_version),))
+        else:
+            conn.execute("UPDATE executors_schedules SET definition = %s::jsonb, "
+                         "next_fire = 0 WHERE name = %s", (json.dumps(definition), name))

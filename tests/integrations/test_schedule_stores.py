@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from helpers.store_urls import empty_store_url
+from helpers.store_urls import corrupt, empty_store_url
 
 from executors._service.sqlite_schedules import SQLiteScheduleStore
 from executors._service.store import (
@@ -27,7 +27,10 @@ from executors._service.store import (
     ScheduleRecord,
     ScheduleStore,
     StoreFormatError,
+    Unreadable,
+    from_epoch,
     open_store,
+    record_fields,
 )
 from executors.testing import wait_until
 from integrations.schedule_stores import postgres as pg
@@ -301,6 +304,67 @@ def test_sqlite_a_corrupt_record_is_reported_and_skipped(tmp_path: Path) -> None
     assert name == "bad" and "'trigger' must be a dict" in reason
     assert [r.name for r in s.records()] == ["good"]
     s.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "mongodb", "postgresql"])
+def test_an_unreadable_due_record_is_left_out_of_next_due_and_a_declaration_replaces_it(
+        kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """A corrupt record keeps its next fire time, so it stays due at once. Once a claim has
+    met it, `next_due` leaves it out (else every pass of the serving loop is due now: a loop
+    spinning on the store) and so do the claims; a record repaired by another writer is
+    read again after the recheck; declaring the name again replaces an unreadable record."""
+    url = empty_store_url(kind, request, tmp_path)
+    s = open_store(url)
+
+    def claim(store: ScheduleStore) -> list[Claim]:
+        """Claim every due record's fire time (the raw edits make them due at 0)."""
+        return store.claim("p1", lease=30.0, limit=100, on_crash=drop,  # type: ignore[arg-type]
+                           planner=lambda record, now: Plan(record.next_fire, now + PERIOD, 0))
+
+    try:
+        s._unreadable = Unreadable(recheck=0.5)  # type: ignore[attr-defined]
+        declare_due(s, "good")
+        good_data = record_fields(declare_due(s, "bad"))["definition"]
+        corrupt(url, "bad", {"trigger": 3})
+        assert s.next_due()[1] == from_epoch(0)  # not read yet: the earliest due
+        assert [c.name for c in claim(s)] == ["good"]
+        now, earliest = s.next_due()
+        assert earliest is not None and earliest > now  # good's lease end, not bad's 0
+        assert claim(s) == []
+        # Repaired by another writer (due at once): read again once the recheck is over.
+        corrupt(url, "bad", good_data)  # type: ignore[arg-type]
+        wait_until(lambda: [c.name for c in claim(s)] == ["bad"], 10)
+        assert s.corrupt() == []
+
+        corrupt(url, "bad", {"trigger": 4})
+        assert claim(s) == []
+        declared = s.declare(definition("bad"), lambda now: now)
+        assert declared.outcome == "replaced"
+        assert "'trigger' must be a dict, got 4" in declared.unreadable
+        assert declared.record.version > 1 and declared.record.counters["runs"] == 0
+        assert [c.name for c in claim(s)] == ["bad"]  # served at once, no recheck to wait
+        assert s.corrupt() == [] and [r.name for r in s.records()] == ["bad", "good"]
+    finally:
+        s.close()
+
+
+def test_unreadable_names_are_left_out_until_their_recheck_or_a_write() -> None:
+    """`Unreadable` keeps a name for `recheck` seconds, or until it is written here; a read
+    begun before a write does not leave the written record out."""
+    unreadable = Unreadable(recheck=0.2)
+    assert unreadable.names() == []
+    mark = unreadable.mark()
+    unreadable.add("a", mark)
+    unreadable.add("b", mark)
+    assert sorted(unreadable.names()) == ["a", "b"]
+    unreadable.written("a")
+    unreadable.written("missing")
+    assert unreadable.names() == ["b"]
+    unreadable.add("a", mark)  # read before the write: the old record's failure
+    assert unreadable.names() == ["b"]
+    unreadable.add("a", unreadable.mark())  # read after it: unreadable again
+    assert sorted(unreadable.names()) == ["a", "b"]
+    wait_until(lambda: unreadable.names() == [], 10)
 
 
 def test_an_unknown_store_scheme_is_refused_naming_it_and_the_known_ones() -> None:

@@ -24,10 +24,12 @@ from pathlib import Path
 
 import pytest
 from helpers import stored_jobs
+from helpers.store_urls import corrupt
 
 from executors import BackgroundService, Interval
 from executors._clock import SKEW_ENV
 from executors._service.store import ScheduleStore, open_store
+from executors.service import ScheduleChanged
 from executors.testing import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -386,32 +388,6 @@ def test_postgresql_stopped_and_restarted_the_service_keeps_going_without_a_doub
 # -- contract suite) -------------------------------------------------------------------------
 
 
-def _corrupt(url: str, name: str, definition: dict[str, object], *,
-             format_version: int | None = None) -> None:
-    """Write `definition` raw into record `name` (due at once), or the store's format."""
-    if url.startswith("mongodb"):
-        import pymongo
-
-        with pymongo.MongoClient(url) as client:
-            db = client.get_default_database()
-            if format_version is not None:
-                db["executors_meta"].update_one({"_id": "format"},
-                                                {"$set": {"value": format_version}})
-            else:
-                db["executors_schedules"].update_one(
-                    {"_id": name}, {"$set": {"definition": definition, "next_fire": 0.0}})
-        return
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        if format_version is not None:
-            conn.execute("UPDATE executors_meta SET value = %s WHERE key = 'format'",
-                         (str(format_version),))
-        else:
-            conn.execute("UPDATE executors_schedules SET definition = %s::jsonb, "
-                         "next_fire = 0 WHERE name = %s", (json.dumps(definition), name))
-
-
 SERVER_STORES = pytest.mark.parametrize("shared_store_url", ["mongodb", "postgresql"],
                                         indirect=True)
 
@@ -424,7 +400,7 @@ def test_a_server_store_of_a_newer_format_is_refused_naming_both_versions(
     from executors._service.store import FORMAT_VERSION, StoreFormatError
 
     open_store(shared_store_url).close()
-    _corrupt(shared_store_url, "", {}, format_version=FORMAT_VERSION + 1)
+    corrupt(shared_store_url, "", {}, format_version=FORMAT_VERSION + 1)
     try:
         pattern = f"store format {FORMAT_VERSION + 1}.*format {FORMAT_VERSION} and older"
         with pytest.raises(StoreFormatError, match=pattern):
@@ -432,25 +408,73 @@ def test_a_server_store_of_a_newer_format_is_refused_naming_both_versions(
         with pytest.raises(StoreFormatError, match=pattern):
             BackgroundService("new", store=shared_store_url)
     finally:
-        _corrupt(shared_store_url, "", {}, format_version=FORMAT_VERSION)
+        corrupt(shared_store_url, "", {}, format_version=FORMAT_VERSION)
 
 
-@SERVER_STORES
-def test_a_corrupt_record_on_a_server_store_is_reported_and_skipped_and_the_others_run(
-        shared_store_url: str) -> None:
-    """One unreadable record in MongoDB or PostgreSQL (due at once) is listed in
-    status().store.corrupt and logged, never run; the other schedule runs."""
-    stored_jobs.SEEN.clear()
-    with BackgroundService("a", store=shared_store_url) as svc:
+class CountingStore:
+    """A real store whose `next_due` calls are counted: one per pass of the serving loop."""
+
+    def __init__(self, store: ScheduleStore) -> None:
+        self.store = store
+        self.passes = 0
+
+    def next_due(self) -> tuple[dt.datetime, dt.datetime | None]:
+        self.passes += 1
+        return self.store.next_due()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.store, name)
+
+
+def _store_with_a_corrupt_record(url: str) -> None:
+    """Schedules "bad" (hourly) and "good" (every 0.2 s) in the store at `url`, then "bad"
+    made unreadable and due at once; `stored_jobs.SEEN` empty."""
+    with BackgroundService("a", store=url) as svc:
         svc.schedule(Interval(3600), stored_jobs.seen, "bad", name="bad")
         svc.schedule(Interval(0.2), stored_jobs.seen, "good", name="good")
-    _corrupt(shared_store_url, "bad", {"trigger": 3})
+    corrupt(url, "bad", {"trigger": 3})
     stored_jobs.SEEN.clear()
-    with BackgroundService("b", store=shared_store_url) as svc:
-        wait_until(lambda: len(stored_jobs.SEEN) >= 3, 10)
-        wait_until(lambda: svc.status().store.corrupt != (), 10)  # type: ignore[union-attr]
-        ((name, reason),) = svc.status().store.corrupt  # type: ignore[union-attr]
-        listed = [s.name for s in svc.status().store.schedules]  # type: ignore[union-attr]
+
+
+def test_a_corrupt_record_is_reported_and_skipped_and_the_others_run_with_no_spin(
+        shared_store_url: str) -> None:
+    """One unreadable record in SQLite, MongoDB or PostgreSQL, due at once, is listed in
+    status().store.corrupt and logged, never run; the other schedule runs; and the serving
+    loop does not spin on the store for it (its passes are a few per run, not thousands)."""
+    _store_with_a_corrupt_record(shared_store_url)
+    store = CountingStore(open_store(shared_store_url))
+    try:
+        with BackgroundService("b", store=store) as svc:
+            wait_until(lambda: len(stored_jobs.SEEN) >= 1, 10)
+            passes = store.passes
+            wait_until(lambda: len(stored_jobs.SEEN) >= 4, 10)
+            passes = store.passes - passes
+            wait_until(lambda: svc.status().store.corrupt != (), 10)  # type: ignore[union-attr]
+            ((name, reason),) = svc.status().store.corrupt  # type: ignore[union-attr]
+            listed = [s.name for s in svc.status().store.schedules]  # type: ignore[union-attr]
+    finally:
+        store.store.close()  # a store given as an object is its giver's to close
+    assert passes <= 3 * 10, f"{passes} passes of the serving loop for 3 runs"
     assert name == "bad" and "'trigger' must be a dict" in reason
     assert listed == ["good"]
     assert {tag for tag, _, _ in stored_jobs.SEEN} == {"good"}
+
+
+def test_declaring_a_schedule_whose_record_is_unreadable_replaces_it(
+        shared_store_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A process that declares a schedule whose stored record cannot be read writes its
+    declaration over it (logged as an error, ScheduleChanged emitted) and both schedules
+    run; the service stays healthy (it used to fail every pass on that record)."""
+    _store_with_a_corrupt_record(shared_store_url)
+    changed: list[ScheduleChanged] = []
+    with BackgroundService("b", store=shared_store_url) as svc:
+        svc.subscribe(changed.append, ScheduleChanged)  # type: ignore[arg-type]
+        svc.schedule(Interval(0.2), stored_jobs.seen, "good", name="good")
+        svc.schedule(Interval(0.2), stored_jobs.seen, "bad", name="bad")
+        wait_until(lambda: {"good", "bad"} <= {tag for tag, _, _ in stored_jobs.SEEN}, 10)
+        wait_until(lambda: svc.status().store.corrupt == () and  # type: ignore[union-attr]
+                   len(svc.status().store.schedules) == 2, 10)  # type: ignore[union-attr]
+        assert svc.status().store.healthy  # type: ignore[union-attr]
+    assert [e.name for e in changed] == ["bad"]
+    replaced = [r.getMessage() for r in caplog.records if "is replaced" in r.getMessage()]
+    assert len(replaced) == 1 and "'trigger' must be a dict, got 3" in replaced[0], replaced
