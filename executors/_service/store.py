@@ -47,6 +47,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Literal, Protocol, TypeGuard
 
+from executors import _validate
 from executors._urls import redact
 
 __all__ = (
@@ -168,7 +169,35 @@ class ScheduleDefinition:
         args = take("args", list)
         kwargs = take("kwargs", dict)
         options = take("options", dict)
+        _check_options(name, options)  # type: ignore[arg-type]
         return cls(name, trigger, target, args, kwargs, options)  # type: ignore[arg-type]
+
+
+#: The policies of a stored definition that take one of a few words.
+_CHOICES = {"missed": ("latest", "all", "skip"), "on_error": ("continue", "stop"),
+            "on_crash": ("drop", "rerun")}
+
+
+def _check_options(name: str, options: Mapping[str, object]) -> None:
+    """Refuse a policy `schedule()` would refuse (a record edited by hand), naming it: read as
+    it is, ``missed="bogus"`` would run as ``"latest"`` and ``on_crash="rerun "`` as
+    ``"drop"``, silently. A key this code does not know is left alone.
+
+    Raises:
+        StoreFormatError: a known policy has a value it does not take.
+    """
+    for key, choices in _CHOICES.items():
+        if key in options and options[key] not in choices:
+            raise StoreFormatError(
+                f"schedule {name!r}: option {key!r} must be one of "
+                f"{', '.join(map(repr, choices))}, got {options[key]!r}")
+    try:
+        if "max_missed" in options:
+            _validate.count(options["max_missed"], "max_missed")
+        if options.get("grace") is not None:
+            _validate.seconds(options["grace"], "grace", allow_zero=False)
+    except (TypeError, ValueError) as exc:
+        raise StoreFormatError(f"schedule {name!r}: option {exc}") from None
 
 
 @dataclasses.dataclass(frozen=True)

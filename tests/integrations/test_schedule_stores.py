@@ -306,6 +306,37 @@ def test_sqlite_a_corrupt_record_is_reported_and_skipped(tmp_path: Path) -> None
     s.close()
 
 
+@pytest.mark.parametrize(("options", "reason"), [
+    ({"missed": "bogus"}, "option 'missed' must be one of 'latest', 'all', 'skip', got 'bogus'"),
+    ({"on_error": "halt"}, "option 'on_error' must be one of 'continue', 'stop', got 'halt'"),
+    ({"on_crash": "rerun "}, "option 'on_crash' must be one of 'drop', 'rerun', got 'rerun '"),
+    ({"max_missed": "10"}, "option max_missed must be an int, got str"),
+    ({"max_missed": 0}, "option max_missed must be >= 1, got 0"),
+    ({"grace": -1}, "option grace must be > 0 seconds, got -1"),
+])
+def test_a_record_with_a_policy_schedule_would_refuse_is_unreadable_naming_it(
+        tmp_path: Path, options: dict[str, object], reason: str) -> None:
+    """A policy edited by hand into a value `schedule()` refuses is reported, not run under
+    another policy (``missed="bogus"`` used to run as ``"latest"``); a key this code does not
+    know is left alone."""
+    path = str(tmp_path / "policy.db")
+    s = SQLiteScheduleStore(path)
+    declare_due(s, "bad")
+    declare_due(s, "other")
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        for name, extra in (("bad", options), ("other", {"a_newer_option": 1})):
+            (text,) = conn.execute("SELECT definition FROM executors_schedules WHERE name = ?",
+                                   (name,)).fetchone()
+            data = json.loads(text)
+            data["options"].update(extra)
+            conn.execute("UPDATE executors_schedules SET definition = ? WHERE name = ?",
+                         (json.dumps(data), name))
+    assert [c.name for c in claim(s)] == ["other"]
+    ((name, why),) = s.corrupt()
+    assert name == "bad" and why == f"schedule 'bad': {reason}"
+    s.close()
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "mongodb", "postgresql"])
 def test_an_unreadable_due_record_is_left_out_of_next_due_and_a_declaration_replaces_it(
         kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
