@@ -8,6 +8,7 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
+from helpers.store_urls import corrupt
 
 from executors._cli import main
 from executors._service.store import ScheduleDefinition, ScheduleStore, open_store
@@ -94,6 +95,24 @@ def test_an_unknown_name_is_one_line_and_exit_1(tmp_path: Path,
     err = capsys.readouterr().err.strip()
     assert err.startswith("executors schedules: no schedule named 'nightly-typo' in sqlite:")
     assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("action", ["pause", "resume", "run-now"])
+def test_acting_on_an_unreadable_record_is_one_line_and_exit_1_and_remove_removes_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], action: str) -> None:
+    """A record that cannot be read cannot be paused, resumed or run now: one line naming the
+    reason and the ways out, no traceback; `remove` removes it."""
+    url, store = _store_with_nightly(tmp_path)
+    store.close()
+    corrupt(url, "nightly", {"trigger": 3})
+    assert main(["schedules", url, action, "nightly"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"executors schedules: cannot {action} 'nightly' in sqlite:"), err
+    assert "'trigger' must be a dict, got 3; remove it, or declare it again in code" in err
+    assert len(err.splitlines()) == 1
+    assert main(["schedules", url, "remove", "nightly"]) == 0
+    assert main(["schedules", url]) == 0
+    assert "no schedules in" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("argv", "message"), [

@@ -150,7 +150,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.action == "list":
             return _list(store)
-        if not _act(store, args.action, args.name):
+        try:
+            acted = _act(store, args.action, args.name)
+        except StoreFormatError as exc:  # an unreadable record: only `remove` reaches it
+            print(f"executors schedules: cannot {args.action} {args.name!r} in "
+                  f"{store.display_url}: {exc}; remove it, or declare it again in code",
+                  file=sys.stderr)
+            return 1
+        if not acted:
             print(f"executors schedules: no schedule named {args.name!r} in "
                   f"{store.display_url}", file=sys.stderr)
             return 1
