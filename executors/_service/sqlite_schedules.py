@@ -37,7 +37,6 @@ from .store import (
     ScheduleDefinition,
     ScheduleRecord,
     StoreFormatError,
-    Unreadable,
     from_epoch,
     new_record,
     record_fields,
@@ -47,6 +46,7 @@ from .store import (
     settle_claim,
     to_epoch,
 )
+from .unreadable import Unreadable
 
 __all__ = ("Changes", "SQLiteScheduleStore")
 

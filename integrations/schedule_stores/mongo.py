@@ -33,7 +33,6 @@ from executors._service.store import (
     ScheduleDefinition,
     ScheduleRecord,
     StoreFormatError,
-    Unreadable,
     finish_record,
     from_epoch,
     holds,
@@ -45,6 +44,7 @@ from executors._service.store import (
     settle_claim,
     to_epoch,
 )
+from executors._service.unreadable import Unreadable
 from executors._urls import redact
 
 __all__ = ("MongoScheduleStore",)

@@ -43,7 +43,6 @@ from executors._service.store import (
     ScheduleDefinition,
     ScheduleRecord,
     StoreFormatError,
-    Unreadable,
     finish_record,
     from_epoch,
     holds,
@@ -54,6 +53,7 @@ from executors._service.store import (
     replacing,
     settle_claim,
 )
+from executors._service.unreadable import Unreadable
 from executors._urls import redact
 
 __all__ = ("PostgresScheduleStore",)

@@ -27,11 +27,11 @@ from executors._service.store import (
     ScheduleRecord,
     ScheduleStore,
     StoreFormatError,
-    Unreadable,
     from_epoch,
     open_store,
     record_fields,
 )
+from executors._service.unreadable import Unreadable
 from executors.testing import wait_until
 from integrations.schedule_stores import postgres as pg
 from integrations.schedule_stores.mongo import MongoScheduleStore
