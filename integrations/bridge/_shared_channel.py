@@ -66,14 +66,14 @@ from ._shared_registrations import (
 )
 from ._shared_waiter import (
     _HELD,
+    COMPLETED_NOTE,
+    THREAD,
     UNSET,
     SharedTaskWaiter,
     SharedThreadWaiter,
     SharedWaiter,
-    drop_held,
     finish,
     hold,
-    note_completed,
     raise_held,
 )
 from ._waker import running_loop
@@ -225,7 +225,15 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
                 return True
             del items[0]
         if len(self._buffer) < self._size:
-            self._buffer.append(value)
+            try:
+                self._buffer.append(value)
+            except BaseException as exc:  # at the check after the append: the value is in
+                if exc.__class__ is MemoryError:
+                    raise
+                # A signal's (main thread): held, as in a section, with no call (see THREAD).
+                THREAD.holds = True
+                if _HELD[0] is None:
+                    _HELD[0] = exc
             return True
         return False
 
@@ -442,25 +450,38 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
                 raise ChannelClosed("send on a closed channel")
             self._deferred.append(lambda: self._deferred_send(value))
             return
+        sent = False
         try:
-            mutex.acquire()  # inside the try: an exception right after it still releases
-            if self._closed:
-                raise ChannelClosed("send on a closed channel")
-            if not self._offer(value):
-                raise WouldBlock("channel full: no getter is waiting and the buffer has no room")
-        finally:
             try:
-                mutex.release()
-            except RuntimeError:  # interrupted while it waited for the mutex: never taken
-                pass
-        if self._deferred:
-            self._run_deferred()
-        if _HELD[0] is not None:
-            try:
+                mutex.acquire()  # inside the try: an exception right after it still releases
+                if self._closed:
+                    raise ChannelClosed("send on a closed channel")
+                if not self._offer(value):
+                    raise WouldBlock(
+                        "channel full: no getter is waiting and the buffer has no room")
+                sent = True  # no checkpoint since the commit in _offer
+            finally:
+                try:
+                    mutex.release()
+                except RuntimeError:  # interrupted while it waited for the mutex: never taken
+                    pass
+            if self._deferred:
+                self._run_deferred()
+            if _HELD[0] is not None:
                 raise_held(True)  # sent: the exception of a signal that came meanwhile
-            except BaseException as exc:  # also one raised at raise_held's first instruction
-                note_completed(exc)
-                raise
+        except BaseException as exc:  # no call from here to the raise: see THREAD
+            late = _HELD[0] if THREAD.holds else None
+            out = exc if late is None else late  # a held one leaves instead
+            if late is not None:
+                _HELD[0] = None
+            if sent:
+                if "__notes__" not in out.__dict__:
+                    out.__notes__ = [COMPLETED_NOTE]
+                elif COMPLETED_NOTE not in out.__notes__:
+                    out.__notes__ += [COMPLETED_NOTE]
+            if late is not None:
+                raise late  # noqa: B904  (it came first: not caused by the one caught)
+            raise
 
     def _deferred_send(self, value: T) -> None:
         # The caller returned already: the value must be received, even past `size`.
@@ -503,7 +524,10 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
                     finish(self._put_back, value, done)
                 except BaseException:  # a second signal at finish's first instruction
                     finish(self._put_back, value, done)
-                drop_held()
+            late = _HELD[0] if THREAD.holds else None  # no call from here on: see THREAD
+            if late is not None:
+                _HELD[0] = None
+                raise late  # noqa: B904  (it came first: not caused by the one caught)
             raise
         return value
 
@@ -726,8 +750,12 @@ def _release_all(mutexes: list[threading.RLock]) -> None:
             hold(exc)
 
 
-def _poll(order: Sequence[_Op]) -> SelectResult | None:
-    """Go's selectgo pass 1 under every shared mutex (loop-only cases: on their loop thread)."""
+def _poll(order: Sequence[_Op], sent: list[bool] | None = None) -> SelectResult | None:
+    """Go's selectgo pass 1 under every shared mutex (loop-only cases: on their loop thread).
+
+    ``sent[0]`` becomes True as a send case completes: a blocking select interrupted before it
+    has the result still knows that it sent.
+    """
     open_case = False
     for op in order:
         channel: Channel[object] | SharedChannel[object] = op._channel
@@ -744,10 +772,15 @@ def _poll(order: Sequence[_Op]) -> SelectResult | None:
         else:
             ended = channel._closed
             if not ended and channel._offer(op._value):
+                if sent is not None:
+                    sent[0] = True  # no checkpoint since the commit in _offer
                 try:
                     return SendResult(channel, op)  # type: ignore[arg-type]
                 except BaseException as exc:  # Ctrl-C before the result existed: it was sent
-                    note_completed(exc)
+                    if "__notes__" not in exc.__dict__:  # no call: see THREAD
+                        exc.__notes__ = [COMPLETED_NOTE]
+                    elif COMPLETED_NOTE not in exc.__notes__:
+                        exc.__notes__ += [COMPLETED_NOTE]
                     raise
         if not ended:
             open_case = True
@@ -928,10 +961,11 @@ def select_blocking(*operations: Operation, timeout: float | None = None,
         result: SelectResult | None = None
         waiter: SharedThreadWaiter | None = None
         regs: tuple[_Reg, ...] = ()
+        sent = [False]  # a send case completed (set by _poll)
         try:
             _acquire_all(mutexes)
             try:
-                result = _poll(_order(select, ops))
+                result = _poll(_order(select, ops), sent)
                 if result is None and seconds != 0:
                     waiter = SharedThreadWaiter()
                     regs, _ = _park_select(ops, waiter)
@@ -953,7 +987,7 @@ def select_blocking(*operations: Operation, timeout: float | None = None,
             if result is not None:
                 if _HELD[0] is not None:
                     # A received value goes back (below); a send happened, and says so.
-                    raise_held(isinstance(result, SendResult))
+                    raise_held(sent[0])
                 return result
             if seconds == 0:
                 raise TimeoutError(f"select: nothing completed within {timeout} s")
@@ -961,18 +995,18 @@ def select_blocking(*operations: Operation, timeout: float | None = None,
             left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             claimed = waiter.wait(left)
             _unpark_select(regs, ())  # in the `try`: the claimed value goes back on Ctrl-C
-            if claimed and _HELD[0] is not None and waiter.value is not _ALL_CLOSED:
+            if _HELD[0] is not None:
                 # The main thread's only. A received value goes back (below).
-                raise_held(isinstance(waiter.value, SendResult))
+                raise_held(claimed and waiter.value.__class__ is SendResult)
         except BaseException as exc:
-            # Each cleanup runs through `finish`, its first statement: see there.
-            if isinstance(result, GetResult):
+            # Each cleanup runs through `finish`, its first statement: see there. No call
+            # before it (a signal at a call's return would skip it): `__class__`, not isinstance.
+            if result.__class__ is GetResult:
                 done = [False]  # shared by both runs below
                 try:
                     finish(_put_back_result, result, done)
                 except BaseException:  # a second signal at finish's first instruction
                     finish(_put_back_result, result, done)
-                drop_held()
             elif waiter is not None:
                 # Interrupted after parking, before `wait` began (every registration is live,
                 # and a counterpart may have claimed one since the mutexes were released) or
@@ -981,10 +1015,19 @@ def select_blocking(*operations: Operation, timeout: float | None = None,
                     finish(_leave_select, waiter, regs)
                 except BaseException:  # a second signal at finish's first instruction
                     finish(_leave_select, waiter, regs)
-                result = waiter.value  # type: ignore[assignment]
-                drop_held()
-            if isinstance(result, SendResult):
-                note_completed(exc)
+                sent[0] = waiter.value.__class__ is SendResult
+            # No call from here to the raise: see THREAD.
+            late = _HELD[0] if THREAD.holds else None
+            out = exc if late is None else late  # a held one leaves instead
+            if late is not None:
+                _HELD[0] = None
+            if sent[0]:
+                if "__notes__" not in out.__dict__:
+                    out.__notes__ = [COMPLETED_NOTE]
+                elif COMPLETED_NOTE not in out.__notes__:
+                    out.__notes__ += [COMPLETED_NOTE]
+            if late is not None:
+                raise late  # noqa: B904  (it came first: not caused by the one caught)
             raise
         if not claimed:
             raise TimeoutError(f"select: nothing completed within {timeout} s")

@@ -24,10 +24,10 @@ from ._shared_registrations import (
 )
 from ._shared_waiter import (
     _HELD,
+    COMPLETED_NOTE,
+    THREAD,
     SharedThreadWaiter,
-    drop_held,
     finish,
-    note_completed,
     raise_held,
 )
 
@@ -91,6 +91,7 @@ class BlockingSharedChannel(Generic[T]):
         waiter: SharedThreadWaiter | None = None
         reg: _Reg | None = None
         sent = False
+        waited = False  # the wait returned: its result says whether the value was taken
         try:
             try:
                 mutex.acquire()  # inside the try: an exception right after it still releases
@@ -111,13 +112,22 @@ class BlockingSharedChannel(Generic[T]):
                     pass
                 if ch._deferred:
                     ch._run_deferred()
-            if waiter is None:
-                if _HELD[0] is not None:
-                    raise_held(True)  # sent: the exception of a signal that came meanwhile
-                return
-            claimed = waiter.wait(seconds)
-        except BaseException as exc:
             if waiter is not None:
+                claimed = waiter.wait(seconds)
+                waited = True  # no checkpoint since `wait` returned
+                if claimed:
+                    sent = waiter.value is _SENT  # else _CLOSED
+                else:
+                    ch._discard(reg)  # type: ignore[arg-type]  # it gave up: a dead entry
+            if _HELD[0] is not None:
+                raise_held(sent)  # the exception of a signal that came meanwhile
+            if waiter is not None and not sent:
+                if waited and not claimed:
+                    raise TimeoutError(
+                        f"send: not taken within {timeout} s (the value was not sent)")
+                raise ChannelClosed("channel closed while the send waited")
+        except BaseException as exc:
+            if waiter is not None and not waited:
                 # Interrupted after parking (before or inside `wait`): the registration may be
                 # queued, and a getter may have claimed it since the mutex was released. Give
                 # up, or learn that the value was taken: then the send happened, and says so.
@@ -126,22 +136,19 @@ class BlockingSharedChannel(Generic[T]):
                 except BaseException:  # a second signal at finish's first instruction
                     finish(_leave_line, ch, waiter, reg)
                 sent = waiter.value is _SENT
+            # No call from here to the raise: see THREAD.
+            late = _HELD[0] if THREAD.holds else None
+            out = exc if late is None else late  # a held one leaves instead
+            if late is not None:
+                _HELD[0] = None
             if sent:
-                note_completed(exc)
-            drop_held()
+                if "__notes__" not in out.__dict__:
+                    out.__notes__ = [COMPLETED_NOTE]
+                elif COMPLETED_NOTE not in out.__notes__:
+                    out.__notes__ += [COMPLETED_NOTE]
+            if late is not None:
+                raise late  # noqa: B904  (it came first: not caused by the one caught)
             raise
-        if not claimed:
-            assert reg is not None
-            ch._discard(reg)
-            raise TimeoutError(f"send: not taken within {timeout} s (the value was not sent)")
-        if waiter.value is _CLOSED:
-            raise ChannelClosed("channel closed while the send waited")
-        if _HELD[0] is not None:
-            try:
-                raise_held(True)  # sent
-            except BaseException as exc:  # also one raised at raise_held's first instruction
-                note_completed(exc)
-                raise
 
     def get(self, timeout: float | None = None) -> T:
         """Get the next value, waiting for one.
@@ -194,6 +201,10 @@ class BlockingSharedChannel(Generic[T]):
                 return value
             assert waiter is not None
             claimed = waiter.wait(seconds)
+            if not claimed:
+                ch._discard(reg)  # type: ignore[arg-type]  # it gave up: a dead entry
+            if _HELD[0] is not None:
+                raise_held()  # handled below: a value handed over goes back (once)
         except BaseException:
             # Each cleanup runs through `finish`, its first statement: see there.
             if value is not _NOTHING:  # taken, but never returned: put it back
@@ -202,33 +213,26 @@ class BlockingSharedChannel(Generic[T]):
                     finish(ch._put_back, value, done)
                 except BaseException:  # a second signal at finish's first instruction
                     finish(ch._put_back, value, done)
-                drop_held()
             elif waiter is not None:
                 # Interrupted after parking: before `wait` began (its registration is live and
-                # a sender may have claimed it since the mutex was released) or inside it.
-                # Give up, or wait for the claim's value and pass it on.
+                # a sender may have claimed it since the mutex was released), inside it, or
+                # after it. Give up, or wait for the claim's value and pass it on.
                 try:
                     finish(_leave_line, ch, waiter, reg)
                 except BaseException:  # a second signal at finish's first instruction
                     finish(_leave_line, ch, waiter, reg)
-                drop_held()
+            late = _HELD[0] if THREAD.holds else None  # no call from here on: see THREAD
+            if late is not None:
+                _HELD[0] = None
+                raise late  # noqa: B904  (it came first: not caused by the one caught)
             raise
+        # Raised here, not in the `try`: its clause would leave the line again, and a signal
+        # landing there would be lost behind the error.
         if not claimed:
-            assert reg is not None
-            ch._discard(reg)
             raise TimeoutError(f"get: no value within {timeout} s")
         payload = waiter.value
         if payload is _CLOSED:
             raise ChannelClosed("get on a closed and drained channel")
-        if _HELD[0] is not None:
-            try:
-                raise_held()  # the main thread's only
-            except BaseException:
-                try:
-                    finish(ch._hand_back, waiter)  # took nothing: the value goes back (once)
-                except BaseException:  # a second signal at finish's first instruction
-                    finish(ch._hand_back, waiter)  # took nothing: the value goes back (once)
-                raise
         return payload  # type: ignore[return-value]
 
     def send_nowait(self, value: T) -> None:

@@ -72,14 +72,14 @@ from executors.errors import WouldBlock
 
 from ._shared_waiter import (
     _HELD,
+    COMPLETED_NOTE,
+    THREAD,
     UNSET,
     SharedTaskWaiter,
     SharedThreadWaiter,
     SharedWaiter,
-    drop_held,
     finish,
     hold,
-    note_completed,
     raise_held,
 )
 from ._waker import running_loop
@@ -342,24 +342,33 @@ class _SharedPermits:
         if self._mutex._is_owned():  # type: ignore[attr-defined]
             self._deferred.append((self._release_locked, (n, [False])))  # see above
             return
+        released = False
         try:
-            error = self._complete(None, n)  # None: the release, inlined
-        except BaseException as exc:  # at _complete's first checkpoint, before it began: again
-            hold(exc)
-            error = self._complete(None, n)
-        if error is not None:
-            raise error  # an over-release: nothing changed
-        try:
+            try:
+                error = self._complete(None, n)  # None: the release, inlined
+            except BaseException as exc:  # at _complete's first checkpoint, before it began
+                hold(exc)
+                error = self._complete(None, n)
+            if error is not None:
+                raise error  # an over-release: nothing changed
+            released = True  # no checkpoint since _complete returned
             if self._deferred:
                 self._run_deferred()
-        except BaseException as exc:  # the permit is back: a Ctrl-C now is "after"
-            hold(exc)
-        if _HELD[0] is not None:
-            try:
+            if _HELD[0] is not None:
                 raise_held(True)  # the permit is back: the Ctrl-C that came meanwhile
-            except BaseException as exc:  # also one raised at raise_held's first instruction
-                note_completed(exc)
-                raise
+        except BaseException as exc:  # no call from here to the raise: see THREAD
+            late = _HELD[0] if THREAD.holds else None
+            out = exc if late is None else late  # a held one leaves instead
+            if late is not None:
+                _HELD[0] = None
+            if released:
+                if "__notes__" not in out.__dict__:
+                    out.__notes__ = [COMPLETED_NOTE]
+                elif COMPLETED_NOTE not in out.__notes__:
+                    out.__notes__ += [COMPLETED_NOTE]
+            if late is not None:
+                raise late  # noqa: B904  (it came first: not caused by the one caught)
+            raise
 
     def _lost(self, waiter: SharedTaskWaiter) -> None:
         """Owner hook: `waiter`'s loop closed before its task used the permit it was handed."""
@@ -488,9 +497,7 @@ class _SharedPermits:
                 if self._value:
                     self._value -= 1
                     taken = True  # the commit point of the fast path (no checkpoint between)
-                elif not blocking or timeout == 0:
-                    return False
-                else:
+                elif blocking and timeout != 0:
                     waiter = SharedThreadWaiter()
                     self._line.append(waiter)
             finally:
@@ -500,43 +507,34 @@ class _SharedPermits:
                     pass
                 if self._deferred:
                     self._run_deferred()
-            if taken:
-                if _HELD[0] is not None:
-                    raise_held()  # handled below: the permit goes back
-                return True
+            if waiter is not None:
+                taken = waiter.wait(timeout)
+                if not taken:
+                    self._leave(waiter)  # gave up at its timeout: count it for compaction
+            if _HELD[0] is not None:
+                raise_held()  # handled below: a permit taken goes back
+            return taken
         except BaseException:
             # Interrupted (Ctrl-C): the caller never learns of a permit taken or a place
             # in line. Give them back, through `finish` (see there).
-            if taken:
+            if waiter is not None:
+                # `wait` settled first (or never began): the thread gives up, or was handed
+                # the permit (then it goes on; `_leave` can run again).
+                try:
+                    finish(self._leave, waiter)
+                except BaseException:  # a second signal at finish's first instruction
+                    finish(self._leave, waiter)
+            elif taken:
                 done = [False]  # shared by both runs below
                 try:
                     finish(self._complete, self._release_locked, 1, done)
                 except BaseException:  # a second signal at finish's first instruction
                     finish(self._complete, self._release_locked, 1, done)
-            elif waiter is not None:
-                try:
-                    finish(self._leave, waiter)
-                except BaseException:  # a second signal at finish's first instruction
-                    finish(self._leave, waiter)
-            drop_held()
+            late = _HELD[0] if THREAD.holds else None  # no call from here on: see THREAD
+            if late is not None:
+                _HELD[0] = None
+                raise late  # noqa: B904  (it came first: not caused by the one caught)
             raise
-        assert waiter is not None
-        try:
-            if waiter.wait(timeout):
-                if _HELD[0] is not None:
-                    raise_held()  # handled below: the permit goes back
-                return True
-        except BaseException:
-            # `wait` settled first (or never began): the thread gives up, or was handed the
-            # permit (then it goes on; `_leave` can run again).
-            try:
-                finish(self._leave, waiter)
-            except BaseException:  # a second signal at finish's first instruction
-                finish(self._leave, waiter)
-            drop_held()
-            raise
-        self._leave(waiter)  # gave up at its timeout: count it for compaction
-        return False
 
     # -- fork --------------------------------------------------------------------------------
 

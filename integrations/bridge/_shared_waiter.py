@@ -85,8 +85,8 @@ from typing import ClassVar, Final, Protocol, final
 from ._waker import last_waker, owed_set, running_loop, waker_for
 
 __all__ = ("SharedWaiter", "SharedThreadWaiter", "SharedTaskWaiter", "UNSET", "Owner",
-           "wake_or_hold", "hold", "raise_held", "held", "drop_held", "note_completed", "finish",
-           "COMPLETED_NOTE")
+           "wake_or_hold", "hold", "raise_held", "held", "drop_held", "finish",
+           "COMPLETED_NOTE", "THREAD")
 
 
 class _Unset:
@@ -105,6 +105,42 @@ _MAIN: Final = threading.main_thread().ident
 _HELD: list[BaseException | None] = [None]
 
 
+class _ThreadFlags(threading.local):
+    """Per thread, read with no call (an attribute of a C type): see `THREAD`."""
+
+    #: True in the thread that holds exceptions (the main thread), once it held one.
+    holds = False
+
+
+#: An operation's last ``except`` clause, the one an exception leaves it by, is written with no
+#: call and no loop between its first instruction and its ``raise``: a signal handler's
+#: exception lands only at a checkpoint (design.md, "Ctrl-C"), and one raised in that clause
+#: would leave without what the clause does. An exception still held for the caller leaves
+#: instead of the one caught (a Ctrl-C is not lost behind a timeout, and two signals make one
+#: exception, not one now and one at the next call). Once the operation took effect (a send or
+#: a release completed), the exception that leaves carries `COMPLETED_NOTE`::
+#:
+#:     except BaseException as exc:
+#:         late = _HELD[0] if THREAD.holds else None
+#:         out = exc if late is None else late  # the one that leaves
+#:         if late is not None:
+#:             _HELD[0] = None
+#:         if completed:
+#:             if "__notes__" not in out.__dict__:
+#:                 out.__notes__ = [COMPLETED_NOTE]
+#:             elif COMPLETED_NOTE not in out.__notes__:
+#:                 out.__notes__ += [COMPLETED_NOTE]
+#:         if late is not None:
+#:             raise late
+#:         raise
+#:
+#: An operation that returns, or raises an error of its own (a timeout, a full channel) outside
+#: that clause, raises a held exception first. A clause that cleans up (through `finish`) does
+#: so first, and ends the same way. ``tests/integrations/test_bridge_signal_checkpoints.py`` raises at
+#: every checkpoint of each operation, and at every pair of them, and checks all of this.
+THREAD: Final = _ThreadFlags()
+
+
 def hold(exc: BaseException) -> None:
     """Keep `exc` (a signal handler's exception caught inside a section) for `raise_held`.
 
@@ -113,6 +149,7 @@ def hold(exc: BaseException) -> None:
     """
     if threading.get_ident() != _MAIN:
         raise exc
+    THREAD.holds = True
     if _HELD[0] is None:
         _HELD[0] = exc
 
@@ -156,8 +193,8 @@ def finish(fn: Callable[..., object], *args: object) -> None:
     lands where it is caught, and only a third one, at the second call's first instruction,
     can escape. `fn` must be restartable (each run skips what an interrupted run did) and
     raise nothing of its own; a signal's exception raised inside is held (`hold`) and `fn`
-    run again. The caller then drops the held ones (`drop_held`) and re-raises the exception
-    it handles: one Ctrl-C comes out, not one per signal.
+    run again. The clause then ends as `THREAD` shows: one Ctrl-C comes out, not one per
+    signal.
     """
     while True:
         try:
@@ -171,18 +208,10 @@ def finish(fn: Callable[..., object], *args: object) -> None:
             hold(exc)
 
 
-def note_completed(exc: BaseException) -> None:
-    """Mark `exc` as raised after its operation took effect (`COMPLETED_NOTE`, once).
-
-    For the ``except`` of a ``try`` around ``raise_held(True)``: a new signal's exception
-    raised at `raise_held`'s first instruction (or anywhere after the commit) gets the note too.
-    """
-    if COMPLETED_NOTE not in getattr(exc, "__notes__", ()):
-        exc.add_note(COMPLETED_NOTE)
-
-
 def drop_held() -> None:
-    """Forget a held exception: an exception of the same kind is propagating already."""
+    """Forget a held exception (an exception of the same kind is propagating already).
+
+    A call: not for an operation's last clause (see `THREAD`)."""
     if threading.get_ident() == _MAIN:
         _HELD[0] = None
 
