@@ -27,7 +27,15 @@ from ._queue_protocols import (
 )
 from ._queue_storage import FifoBuffer, HeapBuffer, LifoBuffer, Withdrawable, unwrapped
 from ._shared_channel import SharedChannel
-from ._shared_waiter import SharedTaskWaiter, SharedThreadWaiter, SharedWaiter
+from ._shared_waiter import (
+    _HELD,
+    COMPLETED_NOTE,
+    THREAD,
+    SharedTaskWaiter,
+    SharedThreadWaiter,
+    SharedWaiter,
+    finish,
+)
 
 __all__ = (
     "Queue",
@@ -206,6 +214,27 @@ class Queue(Generic[T]):
         for waiter in woken:
             waiter.claim(None)
 
+    def _count(self, put: list[Any]) -> None:
+        """A thread's put is counted: ``put[0]`` turns True with the count, no checkpoint
+        between them (`_uncount` takes it back if the put raises without queueing the item)."""
+        with self._tasks_mutex:
+            self._unfinished_tasks += 1
+            put[0] = True
+
+    def _uncount(self, put: list[Any]) -> None:
+        """Take back the count of a thread's put that queued nothing. Restartable (`finish`):
+        the count goes down once, and the joiners it frees are woken to the last."""
+        with self._tasks_mutex:
+            if put[0]:
+                put[0] = False
+                self._unfinished_tasks -= 1
+                if not self._unfinished_tasks:
+                    put[1], self._joiners = self._joiners, []
+        woken = put[1]
+        while woken:
+            woken[-1].claim(None)  # a second claim of one waiter does nothing
+            del woken[-1]
+
     def _join_waiter(self, waiter: SharedWaiter) -> bool:
         """Park `waiter` for join; False if nothing is unfinished (no need to wait)."""
         with self._tasks_mutex:
@@ -324,17 +353,39 @@ class SyncQueueProxy(_Side[T], SyncQueue[T]):
         if block and timeout is not None and timeout < 0:
             raise ValueError("'timeout' must be a non-negative number")
         parent = self._parent
-        parent._added()
+        put: list[Any] = [False, None]  # counted; the joiners to wake if the count is undone
         try:
+            parent._count(put)
             if block:
                 self._channel.blocking.send(item, timeout)
             else:
                 self._channel.send_nowait(item)
         except BaseException as exc:
-            parent._done(1, check=False)
-            if isinstance(exc, ChannelClosed):
+            # Ctrl-C: a send that raised with the completed note queued the item, and it stays
+            # counted; any other exception queued nothing. No call before the test (see
+            # _shared_waiter.THREAD), then the count goes back through `finish`.
+            if put[0] and ("__notes__" not in exc.__dict__
+                           or COMPLETED_NOTE not in exc.__notes__):
+                again: BaseException | None = None
+                try:
+                    finish(parent._uncount, put)
+                except BaseException as second:  # a signal at finish's first instruction
+                    # Kept: `exc` may be the queue's own Full, not a Ctrl-C. One level more
+                    # than elsewhere, since this one already is the first signal.
+                    again = second
+                    try:
+                        finish(parent._uncount, put)
+                    except BaseException:  # a second signal at finish's first instruction
+                        finish(parent._uncount, put)
+                late = _HELD[0] if THREAD.holds else None  # one held meanwhile leaves instead
+                if late is not None:
+                    _HELD[0] = None
+                    raise late  # noqa: B904  (it came first: not caused by the one caught)
+                if again is not None:
+                    raise again  # noqa: B904  (the same)
+            if exc.__class__ is ChannelClosed:
                 raise SyncQueueShutDown from None
-            if isinstance(exc, (TimeoutError, WouldBlock)):
+            if exc.__class__ is TimeoutError or exc.__class__ is WouldBlock:
                 raise SyncQueueFull from None
             raise
 
@@ -349,13 +400,13 @@ class SyncQueueProxy(_Side[T], SyncQueue[T]):
         if block and timeout is not None and timeout < 0:
             raise ValueError("'timeout' must be a non-negative number")
         try:
-            if block:
-                return unwrapped(self._channel.blocking.get(timeout))
-            return unwrapped(self._channel.get_nowait())
+            value = self._channel.blocking.get(timeout) if block else self._channel.get_nowait()
         except ChannelClosed:
             raise SyncQueueShutDown from None
         except (TimeoutError, WouldBlock):
             raise SyncQueueEmpty from None
+        # `unwrapped` inlined: a call here would be a checkpoint where Ctrl-C loses the item.
+        return value.item if value.__class__ is Withdrawable else value  # type: ignore[attr-defined]
 
     def put_nowait(self, item: T) -> None:
         """``put(item, block=False)``."""
@@ -406,7 +457,8 @@ class AsyncQueueProxy(_Side[T], AsyncQueue[T]):
                 # goes in a Withdrawable: a cancellation then takes it back unless it was got.
                 await channel.send(Withdrawable(item))  # type: ignore[arg-type]
         except BaseException as exc:
-            parent._done(1, check=False)
+            if "__notes__" not in exc.__dict__ or COMPLETED_NOTE not in exc.__notes__:
+                parent._done(1, check=False)  # queued nothing (a Ctrl-C with the note did)
             if isinstance(exc, ChannelClosed):
                 raise AsyncQueueShutDown from None
             raise
@@ -423,7 +475,8 @@ class AsyncQueueProxy(_Side[T], AsyncQueue[T]):
         try:
             self._channel.send_nowait(item)
         except BaseException as exc:
-            parent._done(1, check=False)
+            if "__notes__" not in exc.__dict__ or COMPLETED_NOTE not in exc.__notes__:
+                parent._done(1, check=False)  # queued nothing (a Ctrl-C with the note did)
             if isinstance(exc, ChannelClosed):
                 raise AsyncQueueShutDown from None
             if isinstance(exc, WouldBlock):

@@ -136,8 +136,11 @@ class _ThreadFlags(threading.local):
 #:
 #: An operation that returns, or raises an error of its own (a timeout, a full channel) outside
 #: that clause, raises a held exception first. A clause that cleans up (through `finish`) does
-#: so first, and ends the same way. ``tests/integrations/test_bridge_signal_checkpoints.py`` raises at
-#: every checkpoint of each operation, and at every pair of them, and checks all of this.
+#: so first, and ends the same way; where the exception it handles may be the operation's own
+#: error rather than a signal's, it keeps a second signal's exception, the one its ladder
+#: catches, and raises that (`Queue.sync_q.put`). The test
+#: ``tests/integrations/test_bridge_signal_checkpoints.py`` raises at every checkpoint of each
+#: operation, and at every pair of them, and checks all of this.
 THREAD: Final = _ThreadFlags()
 
 

@@ -34,10 +34,12 @@ import pytest
 from executors.aio import Get, GetResult, Send
 from executors.errors import WouldBlock
 from integrations.bridge import (
+    Queue,
     SharedBoundedSemaphore,
     SharedChannel,
     SharedLock,
     SharedSemaphore,
+    SyncQueueFull,
     _shared_waiter,
     select_blocking,
 )
@@ -414,3 +416,54 @@ for _how in ("get_nowait", "blocking.get", "select_blocking"):
 @pytest.mark.parametrize("name", list(CHANNELS))
 def test_channels(name: str) -> None:
     assert _each_checkpoint(CHANNELS[name]) > 1
+
+
+# -- the janus-compatible Queue: its task count follows what was put -----------------------------
+
+
+def _queue(filled: bool = False) -> Callable[[], SimpleNamespace]:
+    def setup() -> SimpleNamespace:
+        q: Queue[str] = Queue(1)
+        if filled:
+            q.sync_q.put("x")
+        return SimpleNamespace(q=q, got=[])
+    return setup
+
+
+def _put(st: SimpleNamespace, exc: BaseException | None) -> None:
+    """A put with the note, or returning, queued the item and counted it; one raised without
+    it did neither (join() would wait for ever for an item never queued)."""
+    done = exc is None or _completed(exc)
+    assert st.q.sync_q.qsize() == (1 if done else 0), st.q
+    assert st.q._unfinished_tasks == (1 if done else 0), st.q
+
+
+def _put_full(st: SimpleNamespace, exc: BaseException | None) -> None:
+    assert st.q.sync_q.qsize() == 1 and st.q._unfinished_tasks == 1, st.q
+
+
+def _got(st: SimpleNamespace, exc: BaseException | None) -> None:
+    """A get that raised left the item queued; one that returned has it (still unfinished
+    until task_done)."""
+    assert st.q.sync_q.qsize() == (1 if exc is not None else 0), st.q
+    assert st.got == ([] if exc is not None else ["x"]), st.q
+    assert st.q._unfinished_tasks == 1, st.q
+
+
+QUEUES = {
+    "put": Scenario(_queue(), lambda st: st.q.sync_q.put("v", timeout=5), _put),
+    "put, full": Scenario(
+        _queue(filled=True),
+        lambda st: _expect(SyncQueueFull, lambda: st.q.sync_q.put("v", timeout=0.002)),
+        _put_full),
+    "put_nowait, full": Scenario(
+        _queue(filled=True), lambda st: _expect(SyncQueueFull, lambda: st.q.sync_q.put_nowait("v")),
+        _put_full),
+    "get": Scenario(_queue(filled=True), lambda st: st.got.append(st.q.sync_q.get(timeout=5)),
+                    _got),
+}
+
+
+@pytest.mark.parametrize("name", list(QUEUES))
+def test_queue(name: str) -> None:
+    assert _each_checkpoint(QUEUES[name]) > 1
