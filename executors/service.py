@@ -361,7 +361,14 @@ class BackgroundService:
         return [e for j in list(self._jobs.values()) if (e := j._executor) is not None]
 
     def _wait(self, deadline: float | None) -> bool:
-        return wait_all(self._threads(), self._pool, self._executors(), self._futures, deadline)
+        done = wait_all(self._scheduler.producers(), self._pool, self._executors(),
+                        self._futures, deadline)
+        # The dispatcher last, read only now: a run that ended during the close may have
+        # started it with the first event anyone wanted (it waits for those threads itself).
+        dispatcher = self._scheduler.events.thread
+        if dispatcher is not None:
+            done = wait_all([dispatcher], self._pool, (), set(), deadline) and done
+        return done
 
     def _threads_alive(self) -> int:
         return alive(self._threads(), self._executors())

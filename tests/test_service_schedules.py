@@ -667,6 +667,36 @@ def test_shutdown_delivers_the_events_of_the_last_runs(clock: VirtualClock) -> N
     assert not svc._scheduler.events.thread.is_alive()
 
 
+def test_the_first_event_emitted_after_close_by_a_run_still_executing_is_delivered(
+        services: list[BackgroundService]) -> None:
+    """The dispatcher starts with the first event. A run still executing when the service
+    closes emits its RunFinished after close(); when that is the first event anyone wanted,
+    it starts the dispatcher too and is delivered (it was dropped, as if the service had
+    closed before any event)."""
+    svc = BackgroundService("late-first-event")
+    services.append(svc)
+    seen: list[ServiceEvent] = []
+    sub = svc.subscribe(seen.append, RunFinished)
+    running, release = threading.Event(), threading.Event()
+
+    def job() -> None:
+        running.set()
+        release.wait(10)
+
+    svc.every(3600, job)
+    svc.start()
+    assert running.wait(10)
+    assert svc._scheduler.events.thread is None  # nothing emitted yet: no dispatcher
+    closer = threading.Thread(target=svc.shutdown, args=(10,))
+    closer.start()
+    wait_until(lambda: svc._scheduler.closing, 5)
+    release.set()
+    closer.join(15)
+    assert not closer.is_alive()
+    assert [type(e) for e in seen] == [RunFinished]
+    assert sub.statistics().dropped == 0
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 @pytest.mark.parametrize("policy", ["eager", "stop"])
 def test_fork_keeps_the_pending_fire_time_and_the_subscribers(

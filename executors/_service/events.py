@@ -13,7 +13,8 @@ never a run). A subscriber that raises is logged on ``executors.service`` with i
 and counted (``failed``); it stays subscribed.
 
 The dispatcher starts with the first event emitted while someone listens (through
-`executors._threads`, like every thread of the library) and stops when the service closes:
+`executors._threads`, like every thread of the library), also when that event comes after
+`close()` from a thread of the service still running, and stops when the service closes:
 it first waits for the service's scheduler and pool threads to end, so the events of runs that
 finish during a shutdown are delivered too, then delivers what is queued and exits.
 """
@@ -363,8 +364,12 @@ class Events:
         with self._lock:
             if self.thread is not None:
                 return
-            if self._closing:
-                # Closed before any event was emitted: nothing will ever deliver this one.
+            if self._closing and not any(t.is_alive() for t in self._producers()):
+                # Closed, and none of the service's threads runs (closed before any event was
+                # emitted; a forked child that stays closed): nothing will deliver this one.
+                # While one runs (a run finishing during the shutdown, the store thread's
+                # last pass), the dispatcher starts: it meets the stop mark first, waits for
+                # those threads, then delivers what is queued.
                 self._stopped = True
             else:
                 thread = _threads.new_thread(self._run, f"{self.name}-events")
