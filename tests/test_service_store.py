@@ -6,8 +6,10 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import stored_jobs
@@ -24,6 +26,7 @@ from executors import (
 )
 from executors._service.memory_schedules import MemoryStore
 from executors._service.sqlite_schedules import SQLiteScheduleStore
+from executors._service.store import Claim, ScheduleStore
 from executors.testing import wait_until
 
 MINUTE = dt.timedelta(minutes=1)
@@ -299,6 +302,60 @@ def test_runs_know_their_fire_time_and_status_reports_the_store() -> None:
     assert job.statistics().runs >= 2
     record = store.get("fast")
     assert record is not None and record.counters["runs"] >= 2
+
+
+class _ClaimsAsItCloses:
+    """A store whose first claim that finds work returns only once the test closed the
+    service: the claim is made in the store, and the pool it would run on is stopping."""
+
+    complete_many = None  # one claim path for both stores: `claim`
+    complete_and_claim = None
+
+    def __init__(self, inner: ScheduleStore) -> None:
+        self.inner = inner
+        self.claimed = threading.Event()
+        self.closed = threading.Event()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)  # the rest of the store, as it is
+
+    def claim(self, owner: str, **kwargs: Any) -> list[Claim]:
+        got = self.inner.claim(owner, **kwargs)
+        if got and not self.claimed.is_set():
+            self.claimed.set()
+            self.closed.wait(10)
+        return got
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_claim_made_as_the_service_closes_is_given_back_not_held_for_a_lease(
+        kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A claim returning after close() (the pool is stopping: no thread will take its run) is
+    given back at the end of the store thread: another owner runs that fire time at once,
+    instead of waiting out the 30 s lease and finding a crash (counted lost under "drop")."""
+    path = tmp_path / "jobs.db"
+    inner: ScheduleStore = MemoryStore() if kind == "memory" else SQLiteScheduleStore(str(path))
+    store = _ClaimsAsItCloses(inner)
+    svc = BackgroundService("closing", store=store)
+    job = svc.schedule(Interval(3600), stored_jobs.seen, "c", name="hourly")
+    svc.start()
+    job.wake()  # run now: due at once
+    assert store.claimed.wait(10)
+    with caplog.at_level(logging.INFO, logger="executors.service"):
+        svc.close()
+        store.closed.set()
+        assert svc.join(10)
+    assert stored_jobs.SEEN == []  # never run here
+    record = inner.get("hourly")
+    assert record is not None and record.running_fire is None and record.owner is None
+    assert record.counters["lost"] == 0 and record.lease_until is None
+    assert "claimed as the service closed, was given back" in caplog.text
+    other_store = inner if kind == "memory" else f"sqlite:///{path}"
+    with BackgroundService("next", store=other_store) as other:
+        other.schedule(Interval(3600), stored_jobs.seen, "c", name="hourly")
+        wait_until(lambda: len(stored_jobs.SEEN) == 1, 5)  # not after the lease: at once
+    assert stored_jobs.SEEN[0][1] == record.next_fire.isoformat()  # type: ignore[union-attr]
+    inner.close()
 
 
 def test_pause_and_run_now_travel_through_the_store() -> None:

@@ -24,6 +24,7 @@ from .store import (
     ScheduleRecord,
     earliest_due,
     finish_record,
+    given_back,
     holds,
     new_record,
     redeclared,
@@ -105,6 +106,14 @@ class MemoryStore:
             if not holds(record, claim):
                 return False
             self._records[claim.name] = finish_record(record, result)
+            return True
+
+    def give_back(self, claim: Claim) -> bool:
+        with self._lock:
+            record = self._records.get(claim.name)
+            if not holds(record, claim):
+                return False
+            self._records[claim.name] = given_back(record, claim, self.now())
             return True
 
     def set_paused(self, name: str, paused: bool) -> bool:

@@ -38,6 +38,8 @@ from .store import (
     ScheduleRecord,
     StoreFormatError,
     from_epoch,
+    given_back,
+    holds,
     new_record,
     record_fields,
     record_from_fields,
@@ -433,6 +435,13 @@ class SQLiteScheduleStore:
         return [conn.execute(_COMPLETE_STAMPED, (changed, int(result != "ok"), result,
                                                  claim.name, claim.token)).rowcount == 1
                 for claim, result in finished]
+
+    def give_back(self, claim: Claim) -> bool:
+        with self._write() as conn:
+            record = self._read(conn, claim.name)
+            if not holds(record, claim):
+                return False
+            return self._put(conn, given_back(record, claim, self._now(conn)), record.version)
 
     def _change(self, name: str, **changes: object) -> bool:
         with self._write() as conn:

@@ -322,6 +322,10 @@ class ScheduleStore(Protocol):
         """Record the end of `claim`'s run (its run fields, counters and last run only);
         False (nothing written) if the record no longer holds `claim`: the lease was lost."""
 
+    def give_back(self, claim: Claim) -> bool:
+        """Give back `claim`, never started (its owner is closing): see `given_back`. False
+        (nothing written) if the record no longer holds `claim`."""
+
     def set_paused(self, name: str, paused: bool) -> bool:
         """Pause or resume `name`; False if there is no such schedule."""
 
@@ -571,6 +575,22 @@ def finish_record(record: ScheduleRecord, result: str) -> ScheduleRecord:
     return dataclasses.replace(record, version=record.version + 1, owner=None,
                                lease_until=None, running_fire=None, counters=counters,
                                last_fire=record.running_fire, last_result=result,
+                               claim_token=None)
+
+
+def given_back(record: ScheduleRecord, claim: Claim, now: dt.datetime) -> ScheduleRecord:
+    """The record after `claim` is given back unstarted (by an owner that is closing), as if
+    it had not been made: a first attempt's fire time is due again (the next fire time moves
+    back to it) with no run in progress and nothing counted, for any owner to claim at once; a
+    rerun's lease ends now, so the next claim settles it as the crash it came from
+    (``on_crash``), with the next attempt. Not a crash: the schedule is not held for a lease."""
+    if claim.attempt > 1:
+        return dataclasses.replace(record, lease_until=now - dt.timedelta(microseconds=1))
+    next_fire = record.next_fire
+    if next_fire is None or next_fire > claim.fire_time:
+        next_fire = claim.fire_time
+    return dataclasses.replace(record, version=record.version + 1, next_fire=next_fire,
+                               owner=None, lease_until=None, running_fire=None,
                                claim_token=None)
 
 

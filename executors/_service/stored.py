@@ -122,6 +122,7 @@ class _InFlight:
     # before the loop's wake-up.
     next_fire: float | None = _UNKNOWN
     lost: bool = False
+    started: bool = False  # a pool thread took the run (set before it runs anything)
 
 
 # -- the loop -------------------------------------------------------------------------------
@@ -599,8 +600,28 @@ class StoreLoop:
             logger.error("%s: %d completion(s) not recorded at shutdown (%s): their lease "
                          "expires and on_crash settles them", self.name,
                          len(self.retry_completions), exc)
+        self._give_back_unstarted()
         if stop_snapshots(self):
             self.release()
+
+    def _give_back_unstarted(self) -> None:
+        """Closing, the pool's threads ended: a claim no thread took (made as the service
+        closed, queued behind the pool's stop) goes back to the store, due again at once for
+        any owner, instead of holding its schedule for a lease and ending as a crash."""
+        with self.lock:
+            unstarted = [f.claim for f in self.in_flight.values() if not f.started]
+        for claim in unstarted:
+            try:
+                self.store.give_back(claim)
+            except Exception as exc:
+                logger.error("%s: the run of %r at %s, claimed as the service closed, could "
+                             "not be given back (%s): its lease expires and on_crash settles "
+                             "it", self.name, claim.name, claim.fire_time.isoformat(), exc)
+                continue
+            with self.lock:
+                self.in_flight.pop((claim.name, claim.version), None)
+            logger.info("%s: the run of %r at %s, claimed as the service closed, was given "
+                        "back to the store", self.name, claim.name, claim.fire_time.isoformat())
 
     def release(self) -> None:
         """Close the store if the service opened it (from its URL)."""

@@ -57,6 +57,9 @@ def run_claim(loop: StoreLoop, claim: Claim) -> None:
     scheduler = loop.scheduler
     definition = claim.definition
     with loop.lock:
+        flight = loop.in_flight.get((claim.name, claim.version))
+        if flight is not None:
+            flight.started = True  # not given back at close: it runs, and completes
         job = loop.jobs.get(claim.name)
     link = job._stored if job is not None else None
     try:

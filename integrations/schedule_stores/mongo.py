@@ -35,6 +35,7 @@ from executors._service.store import (
     StoreFormatError,
     finish_record,
     from_epoch,
+    given_back,
     holds,
     new_record,
     record_fields,
@@ -63,6 +64,7 @@ _NOT_CLAIMED = ("_id", "definition", "digest", "paused")
 _RUN = ("owner", "lease_until", "running_fire", "attempt", "claim_token")
 # What a run's end writes (`finish_record`).
 _FINISHED = ("version", *_RUN, "counters", "last_fire", "last_result")
+_GIVEN_BACK = ("version", *_RUN, "next_fire")
 _META = "executors_meta"
 
 
@@ -265,6 +267,18 @@ class MongoScheduleStore:
             # or definition, written meanwhile, stays (its version bump makes this retry).
             finished = finish_record(record, result)
             if self._replace(finished, record.version, only=_FINISHED):
+                return True
+
+    def give_back(self, claim: Claim) -> bool:
+        now = self.now()
+        while True:
+            doc = self._records.find_one({"_id": claim.name, "claim_token": claim.token})
+            record = None if doc is None else _from_doc(doc)
+            if not holds(record, claim):
+                return False
+            # Only the run's fields and the next fire time: a control operation's pause or
+            # definition, written meanwhile, stays (its version bump makes this retry).
+            if self._replace(given_back(record, claim, now), record.version, only=_GIVEN_BACK):
                 return True
 
     def _change(self, name: str, **changes: object) -> bool:

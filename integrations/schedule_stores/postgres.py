@@ -45,6 +45,7 @@ from executors._service.store import (
     StoreFormatError,
     finish_record,
     from_epoch,
+    given_back,
     holds,
     new_record,
     record_fields,
@@ -376,6 +377,15 @@ class PostgresScheduleStore:
             if not holds(record, claim):
                 return False
             return bool(self._write(cur, [(finish_record(record, result), record.version)]))
+
+    def give_back(self, claim: Claim) -> bool:
+        now = self.now()
+        with self._tx() as cur:
+            record = self._read(cur, claim.name, lock=True)
+            if not holds(record, claim):
+                return False
+            self._notify(cur, claim.name)  # a watching owner claims it at once
+            return bool(self._write(cur, [(given_back(record, claim, now), record.version)]))
 
     def _change(self, name: str, **changes: object) -> bool:
         with self._tx() as cur:

@@ -201,6 +201,39 @@ def test_a_crashed_owners_run_is_rerun_once_with_the_next_attempt(store: Schedul
     assert store.complete(again, "ok")
 
 
+def test_a_claim_given_back_is_due_again_at_once_with_nothing_counted(
+        store: ScheduleStore) -> None:
+    """`give_back` (an owner closing before it started the run): no run is in progress, the
+    fire time is due again for any owner (attempt 1, nothing lost, no lease to wait out); it
+    is fenced like a completion."""
+    declare_due(store)
+    (c,) = claim(store)
+    assert store.give_back(c)
+    assert not store.give_back(c)
+    record = store.get("job")
+    assert record is not None and record.running_fire is None and record.owner is None
+    assert record.lease_until is None and record.next_fire == c.fire_time
+    assert record.counters["lost"] == 0 and record.counters["runs"] == 0
+    store_now, earliest = store.next_due()
+    assert earliest is not None and earliest <= store_now
+    (again,) = claim(store, "p2")
+    assert again.fire_time == c.fire_time and again.attempt == 1
+    assert not store.give_back(c) and not store.complete(c, "ok")
+    assert store.complete(again, "ok")
+
+
+def test_a_rerun_given_back_is_rerun_by_the_next_claim(store: ScheduleStore) -> None:
+    """A rerun's claim given back leaves the crash it came from to the next claim."""
+    declare_due(store)
+    (c,) = claim(store, "stale", lease=0.05)
+    wait_until(lambda: store.now() > c.lease_until, 5)
+    (again,) = claim(store, "p2", on_crash=rerun)
+    assert store.give_back(again)
+    (third,) = claim(store, "p3", on_crash=rerun)
+    assert third.fire_time == c.fire_time and third.attempt == 3
+    assert not store.complete(again, "ok") and store.complete(third, "ok")
+
+
 def test_renew_extends_a_live_lease(store: ScheduleStore) -> None:
     """A renewed lease is not settled as a crash."""
     declare_due(store)
