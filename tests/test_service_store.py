@@ -252,6 +252,22 @@ def test_resuming_a_stored_schedule_skips_the_paused_fire_times_by_intent(db: st
     other.close()
 
 
+def test_resume_reaches_the_store_whatever_the_jobs_copy_says(db: str) -> None:
+    """A stored job's paused flag is a copy of the store's, refreshed by the status reads, and
+    a read from before a pause still on its way sets it back to "not paused" (a CI run saw
+    it). resume() goes to the store whatever the copy says (it was a no-op then, and the
+    schedule stayed paused)."""
+    other = SQLiteScheduleStore(db[10:])
+    with BackgroundService("p", store=db) as svc:
+        job = svc.schedule(Interval(60), stored_jobs.seen, "p", name="minutely")
+        job.pause()
+        wait_until(lambda: other.get("minutely").paused, 5)  # type: ignore[union-attr]
+        job._paused = False  # what a status read from before the pause writes back
+        job.resume()
+        wait_until(lambda: not other.get("minutely").paused, 5)  # type: ignore[union-attr]
+    other.close()
+
+
 def test_missed_all_runs_every_fire_time_once_across_services(tmp_path: Path) -> None:
     """"all": 5 fire times overdue, two services: each runs once, in order, none twice."""
     db = f"sqlite:///{tmp_path / 'all.db'}"
