@@ -339,15 +339,12 @@ class Job:
         catch up: fire times that passed while it was paused were skipped by intent (counted
         in `JobStatistics.skipped_paused`, not as missed), and it runs at its next fire time.
         """
+        if self._stored is None and not self._paused:  # a stored job's flag is only a copy
+            return  # (a status read from before a pause may reset it): the store decides
+        self._paused = False
         if self._stored is not None:
-            # The store holds the truth; the flag here is a copy, which a status read from
-            # before a pause still on its way may have set back: resume whatever it says.
-            self._paused = False
             self._stored.control(self, "resume")
             return
-        if not self._paused:
-            return
-        self._paused = False
         executor = self._executor
         scheduler = self._scheduler
         skipped = 0
