@@ -154,13 +154,25 @@ def _module_sources(module: str) -> list[Path]:
 
 def exported_names(module: str) -> set[str]:
     """The names in *module*'s ``__all__``, read from its source (nothing is imported)."""
+    return set(all_in_order(module))
+
+
+def _members(module: str) -> str:
+    """*module*'s ``__all__`` as a JSON list, in its order (the page's order), or ``true`` (all
+    public members) for a module without one."""
+    names = all_in_order(module)
+    return json.dumps(names) if names else "true"
+
+
+def all_in_order(module: str) -> list[str]:
+    """*module*'s ``__all__`` in its order, read from its source (empty if it has none)."""
     for source in _module_sources(module):
         if source.name in ("__init__.py", f"{module.rpartition('.')[2]}.py"):
             for node in ast.parse(source.read_text()).body:
                 if isinstance(node, ast.Assign) and any(
                         isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
-                    return set(ast.literal_eval(node.value))
-    return set()
+                    return list(ast.literal_eval(node.value))
+    return []
 
 
 def former_names(module: str) -> dict[str, str]:
@@ -210,7 +222,9 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
                 f"::: {module}.{name}\n    options:\n      heading_level: 3\n\n"
                 for name in sorted(former))
         else:
-            content = f"::: {module}\n"
+            # Only the names of __all__: module-level helpers (a logger, type variables) are
+            # not the module's contract and would push its main class down the page.
+            content = f"::: {module}\n    options:\n      members: {_members(module)}\n"
         files.append(File.generated(config, _reference_uri(module), content=content))
     return files
 

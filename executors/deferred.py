@@ -1,8 +1,4 @@
-"""DeferredQueue (a destructor-safe, lock-free queue) and Reaper (drains it on an executor).
-
-`DeferredQueue` lives in `executors._deferred_queue` (it needs nothing of the rest) and is
-public here.
-"""
+"""DeferredQueue (a destructor-safe, lock-free queue) and Reaper (drains it on an executor)."""
 
 from __future__ import annotations
 
@@ -18,7 +14,7 @@ from typing import Any, Generic, TypeVar, final, overload
 
 from . import _validate, registry
 from ._clock import SYSTEM_CLOCK, Clock
-from ._deferred_queue import DeferredQueue, DeferredQueueStatistics
+from ._deferred_queue import DeferredQueue, DeferredQueueStatistics  # public here
 from .periodic import PeriodicExecutor
 
 __all__ = ("DeferredQueue", "DeferredQueueStatistics", "Reaper", "ReaperStatistics")

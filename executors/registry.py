@@ -1,14 +1,16 @@
 """The weakref registry of live executors, their joint shutdown at exit, and the fork hook.
 
-Depends on the standard library only (and `executors._validate` and `executors._clock`, both
-stdlib-only: the one rule for seconds, and the one real clock freezegun cannot stall): every
-other module registers with it, so it imports none of them at run time (`PeriodicExecutor` is
-named for the type checker only). Registered objects follow the `_Registered` protocol;
-`live_executors` tells executors apart by their ``registry_kind`` class attribute.
+`live_executors` lists what is registered; `shutdown` closes and joins it all under one
+deadline (what interpreter exit does); after `fork()` every executor is rebuilt.
 """
 
 from __future__ import annotations
 
+# Depends on the standard library only (and `_validate` and `_clock`, both stdlib-only: the
+# one rule for seconds, and the one real clock freezegun cannot stall): every other module
+# registers with it, so it imports none of them at run time (`PeriodicExecutor` is named for
+# the type checker only). Registered objects follow the `_Registered` protocol;
+# `live_executors` tells executors apart by their ``registry_kind`` class attribute.
 import atexit
 import logging
 import math
@@ -160,7 +162,7 @@ def shutdown(timeout: float | None = 1.0) -> list[_Registered]:
 
     PyMongo joins each executor for 1 s in turn, so N busy executors hold up exit for N seconds;
     here the whole shutdown takes at most `timeout` (plus the hooks' own share of it). None
-    (or ``math.inf``) waits for all, as the `executors._validate` rule says.
+    (or ``math.inf``) waits for all, as every timeout of the library does.
 
     Returns:
         The executors whose threads were still running at the deadline.

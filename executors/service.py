@@ -1,11 +1,10 @@
 """BackgroundService: many periodic jobs and one-shot tasks on one scheduler thread, few threads.
 
-The public face. The pieces behind it, one concept each, in the private package
-`executors._service`: `job` (a `Job`, its statistics and the bookkeeping of one run),
-`scheduler` (the scheduler thread, its deadline heap and control messages), `pool` (the
-bounded worker pool), `wallclock` (wall-clock schedules: fire times, clock jumps, missed
-runs), `events` (typed events and their dispatcher thread), `run_info` (`current_run`) and
-`status` (the snapshots).
+`BackgroundService` is the entry point: `every` for periodic jobs, `schedule` and `cron` for
+wall-clock schedules (kept in a store when one is given), `submit` for one-shot work,
+`status` and `statistics` for health, `shutdown` under one deadline. The other names here
+are what it hands back: `Job` and its statistics, the status snapshots, `current_run`, and
+the events `subscribe` delivers.
 """
 
 from __future__ import annotations
@@ -171,7 +170,7 @@ class BackgroundService:
             ``"mongodb://host/db"``, ``"postgresql://..."``, ``"memory:"``) or a store
             object; None (default): in memory, as `every` jobs. Schedules in a store
             survive restarts and are served by every process that points at it, each fire
-            time claimed by one (see `executors._service.stored` and the Schedules page).
+            time claimed by one (see the Schedules page, "Many processes, one store").
             A URL that cannot be reached raises ConnectionError here, naming it (password
             hidden).
         store_lease: seconds a claimed run's lease lasts on the store's clock (renewed every
@@ -405,6 +404,8 @@ class BackgroundService:
                 again the moment it ends keeps a core busy and is almost always a typo;
                 continuous work belongs in one `submit`-ted loop. A tiny interval is
                 honoured, and the scheduler still serves wakes and cancels between runs.
+            fn: the function to run (omitted: `every` returns a decorator).
+            *args: the positional arguments of each call.
             name: unique within the service (default: the function's qualified name, made
                 unique with a ``#n`` suffix).
             min_interval: the least time between a run's start and an early run caused by
@@ -468,6 +469,9 @@ class BackgroundService:
 
         Args:
             trigger: when to run (see `executors.triggers`).
+            fn: the function to run (omitted: `schedule` returns a decorator). With a store,
+                a module-level function, classmethod or staticmethod (below).
+            *args: the positional arguments of each call (with a store: JSON values).
             name: unique within the service (default: the function's qualified name).
             missed: ``"latest"``, ``"all"`` or ``"skip"`` (above).
             max_missed: the most missed fire times ``missed="all"`` runs at one handling.
@@ -527,7 +531,18 @@ class BackgroundService:
         The keyword `options` are the `executors.Cron` trigger's (``gap="shift"``,
         ``fold="first"``, ``start``, ``end``, ``jitter``: time that does not exist or happens
         twice follows Debian cron's rule by default, see the Schedules page), then
-        `schedule`'s (``missed``, ``max_missed``, ``grace``, ``on_error``, ``since``).
+        `schedule`'s (``missed``, ``max_missed``, ``grace``, ``on_error``, ``since``,
+        ``on_crash``).
+
+        Args:
+            expression: the cron expression: 5 fields (minute hour day month weekday), or 6
+                with seconds first (``"*/5 * * * * *"``: every 5 s); see `executors.Cron`.
+            fn: the function to run (omitted: `cron` returns a decorator).
+            *args: the positional arguments of each call (with a store: JSON values).
+            tz: the zone the expression reads in: a key (``"Europe/Berlin"``) or a
+                `zoneinfo.ZoneInfo`. Required: a cron expression means nothing without one.
+            name: unique within the service (see `schedule`).
+            **options: the trigger's and `schedule`'s keywords (above).
 
         Raises:
             TypeError, ValueError: a bad argument, named (a bad expression names its field

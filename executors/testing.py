@@ -22,7 +22,7 @@ from typing import TypeVar, final
 from . import _validate
 from ._clock import SYSTEM_CLOCK
 
-__all__ = ("DEFAULT_WALL", "VirtualClock", "free_port", "wait_until")
+__all__ = ("VirtualClock", "wait_until", "free_port", "DEFAULT_WALL")
 
 T = TypeVar("T")
 
@@ -80,7 +80,7 @@ class VirtualClock:
     back to sleep on the clock (or exited): when it returns, the runs that were due have
     happened, and assertions need no waiting.
 
-    It keeps the three clocks of `executors._clock.Clock`, as Linux does:
+    It keeps the three clocks the library reads, as Linux does:
 
     - `monotonic`: starts at `start`; paces every sleep; stops during a `suspend`.
     - `time`: wall time (seconds since the Unix epoch), starting at `wall` (an aware
@@ -215,8 +215,8 @@ class VirtualClock:
 
         Raises:
             TypeError, ValueError: `seconds` is not a finite number >= 0, or `timeout` not a
-                timeout (`executors._validate`'s rule; None or ``math.inf`` waits as long as
-                it takes).
+                timeout (None or ``math.inf`` waits as long as it takes, as every timeout of
+                the library does).
             TimeoutError: with `settle`, a woken thread did not sleep again or exit within
                 `timeout` real seconds (its target is blocked, say).
         """

@@ -15,7 +15,7 @@ from . import _threads, _validate
 from ._fatal import is_fatal
 from .errors import ThreadCancelled
 
-__all__ = ("CancelToken", "ThreadGroup", "ThreadGroupStatistics")
+__all__ = ("ThreadGroup", "CancelToken", "ThreadGroupStatistics")
 
 P = ParamSpec("P")
 T = TypeVar("T")

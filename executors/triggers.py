@@ -23,10 +23,10 @@ seconds field does not count); `CalendarInterval` is always fixed-time. A clock 
   fire once. ``next_after(i)`` is the smallest member greater than i, also when i lies inside
   a repeated hour: a restarted process never runs such a job twice.
 
-How: cronsim matches the fields in local wall-clock time (`executors._cron`);
-`executors._zones` finds the zone's offset changes (once per year) and walks its
-constant-offset segments, resolving local times to instants by subtraction inside a segment
-and applying the rule above at each segment's ends. A search looks at most 401 years past
+How: cronsim matches the fields in local wall-clock time; the zone's offset changes are found
+once per year, and the search walks the constant-offset segments between them, resolving
+local times to instants by subtraction inside a segment and applying the rule above at each
+segment's ends. A search looks at most 401 years past
 its start (a whole 400-year Gregorian cycle and one more year): a trigger none of whose
 matching local times in that span fires (every match falls in a skipped gap, say) returns
 None.

@@ -475,9 +475,16 @@ def test_demo_runs_against_the_embedded_server_with_no_leaks() -> None:
     assert wakeups > 0
     # The service's jobs (the snapshot, the owner-weakref server monitor and a cron job) ran;
     # the monitor's job was cancelled when its owner went (otherwise the report lists an error).
-    assert _number(r"background service: (\d+) periodic job", out) == 3
-    # The live view shows the cron job with its next fire time.
-    assert re.search(r"cron \*/5 \* \* \* \* \* UTC: \d+ runs, next \d\d:\d\d:\d\d UTC", out)
+    assert _number(r"background service: (\d+) jobs", out) == 3
+    assert _number(r"(\d+) periodic jobs and a cron schedule", out) == 2
+    # The report counts the cron schedule's runs, the same count as the live view's last frame.
+    cron_runs = _number(r"a cron schedule \(every 5 s of UTC\) that ran (\d+) time", out)
+    # The live view says what the 6-field expression means, and its next fire time reads as
+    # a time (after shutdown: the last one that ran, never "none").
+    assert re.search(r"cron every 5 s \('\*/5 \* \* \* \* \*': 6 fields, the first is seconds\), "
+                     r"UTC: \d+ runs?, next \d\d:\d\d:\d\d UTC", out)
+    assert re.search(rf"UTC: {cron_runs} runs?, (last \d\d:\d\d:\d\d UTC, )?stopped", out)
+    assert "next none" not in out
     assert _number(r"pinged the server (\d+) time", out) > 0
     assert _number(r"shutdown: (\d+) ms", out) < 15_000
     assert "errors:" not in out, out

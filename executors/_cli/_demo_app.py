@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime as dt
 import gc
 import random
 import statistics
@@ -28,7 +29,14 @@ from typing import Any, TextIO, final
 import pymongo
 from pymongo import monitoring
 
-from executors import BackgroundService, CancelToken, ThreadGroup, _validate, registry
+from executors import (
+    BackgroundService,
+    CancelToken,
+    ThreadGroup,
+    _validate,
+    current_run,
+    registry,
+)
 from executors.aio import Channel, Semaphore
 from executors.errors import ChannelClosed
 from integrations.bridge import Portal
@@ -36,6 +44,7 @@ from integrations.mongo import CursorReaper
 
 from ._demo_report import DemoReport
 from ._demo_server import check_uri, server
+from ._words import plural
 
 # `DemoReport` and `check_uri` are re-exported: the command reaches the demo through this module.
 __all__ = ("DemoConfig", "DemoReport", "check_uri", "run_demo")
@@ -325,8 +334,10 @@ class _Demo:
                 self.slots_waiting = portal.call(slots_waiting)
 
             service.every(0.5, snapshot, name="snapshot")
-            # A wall-clock schedule beside the periodic ones: every 5 s of UTC, on the second.
+            # A wall-clock schedule beside the periodic ones: every 5 s of UTC, on the second
+            # (a 6-field cron expression: its first field is the seconds).
             self.cron_runs = 0
+            self.cron_last: dt.datetime | None = None
             self.cron = service.cron("*/5 * * * * *", self._cron_tick, tz="UTC", name="tick")
             cleanup.pop_all()  # from here on, the shutdown below closes everything, in order
 
@@ -408,11 +419,14 @@ class _Demo:
             executor_names=names,
             monitor_checks=checks,
             service_jobs=jobs,
+            cron_runs=self.cron_runs,
             shutdown_seconds=shutdown,
             errors=tuple(counters.errors),
         )
 
     def _cron_tick(self) -> None:
+        run = current_run()
+        self.cron_last = None if run is None else run.fire_time
         self.cron_runs += 1
 
     async def _async_client(self) -> pymongo.AsyncMongoClient[dict[str, Any]]:
@@ -462,8 +476,10 @@ class _Demo:
             p99 = _percentile(c.waits_ms if final else c.waits_ms[-2000:], 0.99)
         with self.listener._lock:  # counted as the report counts them: abandoned, then killed
             killed = len(abandoned & self.listener.killed)
-        cron, fire = self.cron.statistics().trigger, self.cron.next_fire
-        nxt = "none" if fire is None else f"{fire:%H:%M:%S %Z}"
+        fire, last = self.cron.next_fire, self.cron_last
+        # After shutdown the schedule has no next fire time: show the last one that ran.
+        when = (f"next {fire:%H:%M:%S %Z}" if fire is not None
+                else f"last {last:%H:%M:%S %Z}, stopped" if last is not None else "stopped")
         return [
             f"executors demo [{'#' * filled}{'-' * (width - filled)}] {elapsed:4.1f}/{total:.0f} s",
             (f"  requests {requests:,} ({requests / max(elapsed, 1e-9):,.0f}/s), consumed "
@@ -472,7 +488,8 @@ class _Demo:
             (f"  db slots {self.config.db_slots}: {self.slots_waiting} waiting now, {queued:,} "
              f"queued so far, wait p99 {p99:.2f} ms"),
             f"  monitor {checks} checks, rtt {rtt_ms:.1f} ms",
-            f"  cron {cron}: {self.cron_runs} runs, next {nxt}",
+            (f"  cron every 5 s ('*/5 * * * * *': 6 fields, the first is seconds), UTC: "
+             f"{plural(self.cron_runs, 'run')}, {when}"),
         ]
 
     def _leaked_threads(self, before: set[int | None]) -> tuple[str, ...]:

@@ -57,6 +57,8 @@ class DemoReport:
     #: Cursors opened by requests still in flight when the run ended, whose results were never
     #: served: `cursors_opened` is the requests served (those that opened one) plus these.
     cursors_in_flight: int = 0
+    #: Runs of the service's cron schedule (one of `service_jobs`).
+    cron_runs: int = 0
 
     @property
     def leaks(self) -> int:
@@ -110,8 +112,10 @@ class DemoReport:
              "straight on from the previous one (work arrived while it ran) needs no "
              "wake-up. Executors that poll, like PyMongo's, also wake twice a second each "
              f"with nothing to do: about {polling:,.0f} more in this run.")),
-            ("background service", (f"{plural(self.service_jobs, 'periodic job')}; the "
-             "server monitor, a job that holds its owner only weakly, pinged the server "
+            ("background service", (f"{plural(self.service_jobs, 'job')}: "
+             f"{plural(max(0, self.service_jobs - 1), 'periodic job')} and a cron schedule "
+             f"(every 5 s of UTC) that ran {plural(self.cron_runs, 'time')}. The server "
+             "monitor, a periodic job that holds its owner only weakly, pinged the server "
              f"{plural(self.monitor_checks, 'time')}.")),
             ("shutdown", (f"{self.shutdown_seconds * 1000:.0f} ms to stop everything after "
              "the run: workers, consumer task, cursor reaper, service and event loop.")),

@@ -26,8 +26,8 @@ permits; ``woken`` the number of tasks in R; ``level = value + woken`` Guido's l
     value > 0  implies  nobody waits     # no idle permit while someone waits
     locked() == (anyone waits or woken > 0 or level == 0) == (value == 0 or woken > 0)
 
-Internal protocol (for the bridge; not public API). The waiting line is a
-`executors.aio._waiters.WaiterQueue` of `executors.aio._waiters.Waiter` objects, so a party
+Internal protocol (for the bridge; not public API). The waiting line is a queue of waiter
+objects (the waiter protocol the bridge builds on, see the design page), so a party
 other than a task (a *thread waiter*) can wait in the same FIFO as tasks. (A task parked by this
 module is entered as its bare `asyncio.Future`, the contended path's cheaper form of a
 `TaskWaiter`: anything that walks the line must accept both.) Everything below runs on the loop

@@ -31,15 +31,15 @@ from ._traversal_store import (
 from .locks import Semaphore
 
 __all__ = (
+    "traverse",
+    "Traversal",
+    "TraversalStatistics",
     "Kind",
     "Entry",
     "Transaction",
     "Store",
     "Visit",
     "CursorEntry",
-    "Traversal",
-    "TraversalStatistics",
-    "traverse",
     "traversal_limiter",
     "TRAVERSAL_LIMIT",
     "default_limiter",

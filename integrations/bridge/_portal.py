@@ -210,7 +210,7 @@ class Portal(PortalCore):
 
         Raises:
             TypeError, ValueError: `timeout` is not None or a number >= 0 (``math.inf`` waits
-                as long as None does: the library's one rule, `executors._validate`).
+                as long as None does, as every timeout of the library does).
         """
         timeout = _validate.timeout(timeout)
         if self._state == "idle":

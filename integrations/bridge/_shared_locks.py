@@ -619,7 +619,7 @@ class SharedSemaphore(_SharedPermits):
         >>> for t in workers:
         ...     t.join()
         >>> print(sem)  # doctest: +ELLIPSIS
-        <integrations.bridge._shared_locks.SharedSemaphore object at 0x... [unlocked, value:1]>
+        <...SharedSemaphore object at 0x... [unlocked, value:1]>
     """
 
     __slots__ = ()
@@ -705,7 +705,7 @@ class SharedLock(_SharedPermits):
         ...     print(lock.locked())
         True
         >>> print(lock)  # doctest: +ELLIPSIS
-        <integrations.bridge._shared_locks.SharedLock object at 0x... [unlocked]>
+        <...SharedLock object at 0x... [unlocked]>
     """
 
     __slots__ = ()
