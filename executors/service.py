@@ -51,6 +51,7 @@ from ._service.options import (
 )
 from ._service.pool import Pool, Submission
 from ._service.run_info import RunInfo, current_run
+from ._service.schedule_data import check_target, not_bound_yet
 from ._service.scheduler import Scheduler, shutting_down
 from ._service.shutdown import ShutdownReport, alive, wait_all
 from ._service.status import ServiceStatistics, ServiceStatus, state_counts
@@ -256,10 +257,14 @@ class BackgroundService:
 
         Raises:
             ShutdownError: the service was shut down.
+            TypeError: a stored schedule's target does not import back as its function
+                (checked here, not when a decorator added it: its name was not bound yet).
         """
         if shutting_down():
             raise ShutdownError("the interpreter is shutting down: cannot start a service")
         scheduler = self._scheduler
+        if not scheduler.started:
+            self._check_targets()
         with scheduler.lock:
             if scheduler.closing:
                 raise ShutdownError(f"{self._name} was shut down; make a new BackgroundService")
@@ -284,6 +289,16 @@ class BackgroundService:
             if job._executor is not None and not (job._paused or job._cancelled):
                 job._executor.open()
         return self
+
+    def _check_targets(self) -> None:
+        # Here, not at schedule(): a decorator runs before the name it decorates is bound.
+        for job in list(self._jobs.values()):
+            link = job._stored
+            if link is not None and not job._cancelled:
+                try:
+                    check_target(link.definition.target, job._fn)
+                except TypeError as exc:
+                    raise TypeError(f"stored schedule {job._name!r}: {exc}") from None
 
     def __enter__(self) -> BackgroundService:
         return self.start()
@@ -486,7 +501,9 @@ class BackgroundService:
         With a store (``BackgroundService(store=...)``) the schedule is kept there as data:
         `fn` must import back as ``"module:qualname"`` (a module-level function, a
         classmethod or a staticmethod: a lambda, a closure or a bound method of an object
-        is refused, with the reason) and `args` must be JSON. Its name is `name`, else
+        is refused, with the reason; that it imports back is checked at `start()`, as the
+        name a decorator decorates is bound only after it) and `args` must be JSON. Its name
+        is `name`, else
         ``"module:qualname"`` (stable across processes). Every process declares it at start;
         each fire time is claimed by one of them (see the Schedules page, "Many processes,
         one store").
@@ -608,7 +625,10 @@ class BackgroundService:
         if stored is not None:
             if started:
                 assert self._store is not None
-                self._store.declare(stored, job)  # events: added or changed, by the store
+                if not_bound_yet(stored.target):
+                    self._store.declare_later(stored, job)  # checked by the loop then
+                else:
+                    self._store.declare(stored, job)  # events: added or changed, by the store
             return job
         if o.dedicated and started and job._executor is not None:
             job._executor.open()
@@ -626,6 +646,8 @@ class BackgroundService:
             raise ValueError("since does not apply to a schedule kept in a store: the store "
                              "keeps its state across restarts")
         target = target_of(fn)
+        if self._scheduler.started and not not_bound_yet(target):
+            check_target(target, fn)  # before start() (or in a decorator), start() checks it
         options: dict[str, object] = {"missed": wall.missed, "max_missed": wall.max_missed,
                                       "grace": wall.grace, "on_error": o.on_error,
                                       "on_crash": o.on_crash}

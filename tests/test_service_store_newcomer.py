@@ -1,0 +1,119 @@
+"""BackgroundService with a store, used as the docs show a newcomer: the decorator forms on
+module-level functions, ``every()`` made explicit, ``__main__`` targets, the name-clash error."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import textwrap
+import types
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from executors import BackgroundService
+from executors._service.schedule_data import resolve_target
+from executors._service.sqlite_schedules import SQLiteScheduleStore
+from executors.testing import wait_until
+
+
+@pytest.fixture
+def modules(tmp_path: Path) -> Iterator[Path]:
+    """A folder on sys.path for module files written by a test; its modules are forgotten
+    afterwards."""
+    folder = tmp_path / "mods"
+    folder.mkdir()
+    sys.path.insert(0, str(folder))
+    before = set(sys.modules)
+    try:
+        yield folder
+    finally:
+        sys.path.remove(str(folder))
+        for name in set(sys.modules) - before:
+            if name.startswith("newcomer_"):
+                del sys.modules[name]
+
+
+def _write(folder: Path, name: str, text: str) -> types.ModuleType:
+    (folder / f"{name}.py").write_text(textwrap.dedent(text))
+    importlib.invalidate_caches()
+    return importlib.import_module(name)
+
+
+def test_the_cron_and_schedule_decorators_work_on_module_level_functions_with_a_store(
+        modules: Path, tmp_path: Path) -> None:
+    """``@svc.cron(...)`` and ``@svc.schedule(...)`` on module-level functions of a real module
+    file, with a store set: the decorator no longer fails (the name is not bound while it
+    runs); the targets are checked at start(), declared, and the one due runs."""
+    db = tmp_path / "jobs.db"
+    module = _write(modules, "newcomer_jobs", f"""
+        from executors import BackgroundService, Interval
+        svc = BackgroundService("jobs", store={f"sqlite:///{db}"!r})
+        RAN = []
+
+        @svc.cron("30 2 * * *", tz="Europe/Berlin", name="nightly")
+        def nightly() -> None:
+            RAN.append("nightly")
+
+        @svc.schedule(Interval(0.05))
+        def often() -> None:
+            RAN.append("often")
+        """)
+    svc = module.svc
+    try:
+        svc.start()
+        assert resolve_target("newcomer_jobs:nightly") is module.nightly.fn
+        wait_until(lambda: "often" in module.RAN, 5)
+    finally:
+        svc.shutdown()
+    store = SQLiteScheduleStore(str(db))
+    try:
+        assert sorted(r.name for r in store.records()) == ["newcomer_jobs:often", "nightly"]
+        nightly = store.get("nightly")
+        assert nightly is not None and nightly.definition.target == "newcomer_jobs:nightly"
+    finally:
+        store.close()
+
+
+def test_a_decorator_applied_after_start_is_declared_by_the_store_loop(
+        modules: Path, tmp_path: Path) -> None:
+    """A module imported after start() that decorates its functions: the declaration waits
+    for the store loop's next pass (the name is bound by then), is checked there, and runs."""
+    with BackgroundService("late", store=f"sqlite:///{tmp_path / 'jobs.db'}") as svc:
+        holder = types.ModuleType("newcomer_holder")
+        holder.svc = svc  # type: ignore[attr-defined]
+        sys.modules["newcomer_holder"] = holder
+        module = _write(modules, "newcomer_late", """
+            from executors import Interval
+            from newcomer_holder import svc
+            RAN = []
+
+            @svc.schedule(Interval(0.05), name="late")
+            def late() -> None:
+                RAN.append(1)
+            """)
+        wait_until(lambda: module.RAN, 5)
+        assert svc.status().healthy
+
+
+def test_a_target_that_does_not_import_back_fails_at_start_naming_the_schedule(
+        modules: Path, tmp_path: Path) -> None:
+    """The check the decorator cannot make is made at start(): a decorated name rebound
+    since (it imports back as something else) is a TypeError there, naming the schedule."""
+    module = _write(modules, "newcomer_rebound", f"""
+        from executors import BackgroundService
+        svc = BackgroundService("rebound", store={f"sqlite:///{tmp_path / 'jobs.db'}"!r})
+
+        @svc.cron("30 2 * * *", tz="UTC", name="nightly")
+        def nightly() -> None: ...
+
+        nightly = None
+        """)
+    svc = module.svc
+    try:
+        with pytest.raises(TypeError, match="stored schedule 'nightly': fn "
+                                            "newcomer_rebound:nightly does not import back"):
+            svc.start()
+    finally:
+        svc.shutdown()
