@@ -395,20 +395,21 @@ class BackgroundService:
               min_interval: float = 0.0, jitter: float = 0.0, delay: float = 0.0,
               on_error: OnError = "continue", overrun: Overrun | None = None,
               backoff_max: float = 300.0, dedicated: bool = False,
-              ) -> Callable[[Callable[[], object]], Job]: ...
+              per_process: bool | None = None) -> Callable[[Callable[[], object]], Job]: ...
 
     @overload
     def every(self, interval: float, fn: Callable[[*Ts], object], /, *args: *Ts,
               name: str | None = None, min_interval: float = 0.0, jitter: float = 0.0,
               delay: float = 0.0, on_error: OnError = "continue",
               overrun: Overrun | None = None, backoff_max: float = 300.0,
-              dedicated: bool = False) -> Job: ...
+              dedicated: bool = False, per_process: bool | None = None) -> Job: ...
 
     def every(self, interval: float, fn: Callable[..., object] | None = None, /,
               *args: object, name: str | None = None, min_interval: float = 0.0,
               jitter: float = 0.0, delay: float = 0.0, on_error: OnError = "continue",
               overrun: Overrun | None = None, backoff_max: float = 300.0,
-              dedicated: bool = False) -> Job | Callable[[Callable[[], object]], Job]:
+              dedicated: bool = False, per_process: bool | None = None
+              ) -> Job | Callable[[Callable[[], object]], Job]:
         """Run ``fn(*args)`` every `interval` seconds; return its `Job` handle.
 
         Without `fn`, returns a decorator that schedules the decorated function and returns
@@ -433,15 +434,39 @@ class BackgroundService:
                 job follows that executor's schedule (the next run `interval` after the
                 previous start, at once after an overrun), so `jitter`, `delay` and `overrun`
                 do not apply to it; its lateness is measured against that schedule.
+            per_process: an `every` job is kept in memory and runs in **each** process that
+                adds it, store or not. On a service with a store (where `schedule` is shared)
+                this must be said: ``per_process=True`` (a cache refresh, a local flush);
+                work to run once per interval across the processes is
+                ``schedule(Interval(interval), fn, name=...)``. Without a store it may be
+                left out.
 
         Raises:
             TypeError: `fn` is not callable, or an option has the wrong type.
-            ValueError: a bad interval, an unknown option value, or a duplicate `name`.
+            ValueError: a bad interval, an unknown option value, or a duplicate `name`;
+                on a service with a store, `per_process` not ``True``.
             ShutdownError: the service was shut down.
         """
+        self._check_per_process(per_process, interval)
         options = every_options(interval, min_interval, jitter, delay, on_error, overrun,
                                 backoff_max, dedicated, name)
         return self._add_or_decorate(fn, args, name, options, "every")
+
+    def _check_per_process(self, per_process: bool | None, interval: float) -> None:
+        # Said where the job is added: N processes on one store would run it N times, and a
+        # newcomer expects it shared like schedule() (nothing in the store says otherwise).
+        if per_process is not None and not isinstance(per_process, bool):
+            raise TypeError("per_process must be True, False or None, "
+                            f"got {type(per_process).__name__}")
+        if per_process is True or (per_process is None and self._store is None):
+            return
+        said = "per_process=False" if per_process is False else "without per_process=True"
+        where = "on a service " + ("with" if self._store is not None else "without") + " a store"
+        raise ValueError(
+            f"every() {said} {where}: an every() job runs in memory in each process that "
+            "adds it (N processes: N runs per interval); say per_process=True for "
+            f"per-process work (a cache refresh), or use schedule(Interval({interval!r}), fn, "
+            "name=...) to run it once per interval across the processes sharing the store")
 
     @overload
     def schedule(self, trigger: TriggerLike, fn: None = None, /, *, name: str | None = None,

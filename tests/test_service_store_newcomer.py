@@ -117,3 +117,44 @@ def test_a_target_that_does_not_import_back_fails_at_start_naming_the_schedule(
             svc.start()
     finally:
         svc.shutdown()
+
+
+def _tick() -> None:
+    """A module-level function to add as a job."""
+
+
+def test_every_on_a_service_with_a_store_must_say_per_process(tmp_path: Path) -> None:
+    """With a store, ``every()`` (in memory, run by each process) is refused unless
+    ``per_process=True`` is said, with an error naming the keyword and the shared form
+    (``schedule(Interval(...))``); the decorator form too. ``per_process=True`` keeps every()'s
+    in-memory job, nothing written to the store."""
+    db = tmp_path / "jobs.db"
+    with BackgroundService(store=f"sqlite:///{db}") as svc:
+        with pytest.raises(ValueError, match=r"every\(\) without per_process=True on a service "
+                                             r"with a store.*schedule\(Interval\(60\)"):
+            svc.every(60, _tick, name="refresh")
+        with pytest.raises(ValueError, match="per_process=True"):
+            svc.every(60, name="refresh")
+        with pytest.raises(ValueError, match=r"every\(\) per_process=False"):
+            svc.every(60, _tick, name="refresh", per_process=False)
+        with pytest.raises(TypeError, match="per_process must be True, False or None"):
+            svc.every(60, _tick, name="refresh", per_process=1)  # type: ignore[call-overload]
+        assert svc.jobs == ()
+        job = svc.every(60, _tick, name="refresh", per_process=True)
+        assert job.statistics().interval == 60
+    store = SQLiteScheduleStore(str(db))
+    try:
+        assert list(store.records()) == []
+    finally:
+        store.close()
+
+
+def test_every_without_a_store_needs_no_keyword() -> None:
+    """Without a store nothing changes: every() is per-process anyway (per_process=True is
+    accepted); per_process=False, a shared job, cannot be had there and is refused."""
+    with BackgroundService() as svc:
+        svc.every(60, _tick, name="a")
+        svc.every(60, _tick, name="b", per_process=True)
+        with pytest.raises(ValueError, match="per_process=False on a service without a store"):
+            svc.every(60, _tick, name="c", per_process=False)
+        assert [j.name for j in svc.jobs] == ["a", "b"]
