@@ -633,7 +633,8 @@ class BackgroundService:
             if name is None:
                 name = unique_name(fn, self._jobs, self._name_counts)
             elif name in self._jobs:
-                raise ValueError(f"a job named {name!r} already exists in {self._name}")
+                raise ValueError(f"a job named {name!r} already exists in {self._name}: "
+                                 f"{self._taken_by(name)}")
             job = Job(NO_PUBLIC_CONSTRUCTOR, scheduler, fn, args, name, o.interval,
                       o.min_interval, o.jitter, o.delay, o.on_error, o.overrun, o.backoff_max,
                       o.dedicated, f"{self._name}:{name}", o.wall)
@@ -673,6 +674,13 @@ class BackgroundService:
         target = target_of(fn)
         if self._scheduler.started and not not_bound_yet(target):
             check_target(target, fn)  # before start() (or in a decorator), start() checks it
+        if target.startswith("__main__:"):
+            # Another process resolves "__main__" to its own main program, not this script.
+            logger.warning("%s: stored schedule %r has the target %s: this program runs as "
+                           "a script, and another process serving the store (or `executors "
+                           "schedules`) imports its own __main__ instead; put the function in "
+                           "an importable module and import it from the script", self._name,
+                           name if name is not None else target, target)
         options: dict[str, object] = {"missed": wall.missed, "max_missed": wall.max_missed,
                                       "grace": wall.grace, "on_error": o.on_error,
                                       "on_crash": o.on_crash}
@@ -688,9 +696,20 @@ class BackgroundService:
                                 f"(nothing is pickled): {exc}") from None
             raise
         if definition.name in self._jobs:
-            raise ValueError(f"a job named {definition.name!r} already exists in "
-                             f"{self._name}: give each stored schedule of {target} a name")
+            fix = (f"give each stored schedule of {target} a name" if name is None
+                   else "give this one another name")
+            raise ValueError(f"the name {definition.name!r} is taken in {self._name} by "
+                             f"{self._taken_by(definition.name)}: {fix}")
         return definition
+
+    def _taken_by(self, name: str) -> str:
+        """The job called `name` as people tell it apart: its function and its trigger."""
+        job = self._jobs[name]
+        link = job._stored
+        fn = link.definition.target if link is not None else getattr(
+            job._fn, "__qualname__", repr(job._fn))
+        kind = "the stored schedule" if link is not None else "the job"
+        return f"{kind} {fn} ({job._describe()})"
 
     def unschedule(self, name: str) -> bool:
         """Remove the schedule `name`: from the store (whoever declared it; it stays removed

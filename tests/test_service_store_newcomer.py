@@ -4,6 +4,7 @@ module-level functions, ``every()`` made explicit, ``__main__`` targets, the nam
 from __future__ import annotations
 
 import importlib
+import subprocess
 import sys
 import textwrap
 import types
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from executors import BackgroundService
+from executors import BackgroundService, Interval
 from executors._service.schedule_data import resolve_target
 from executors._service.sqlite_schedules import SQLiteScheduleStore
 from executors.testing import wait_until
@@ -158,3 +159,57 @@ def test_every_without_a_store_needs_no_keyword() -> None:
         with pytest.raises(ValueError, match="per_process=False on a service without a store"):
             svc.every(60, _tick, name="c", per_process=False)
         assert [j.name for j in svc.jobs] == ["a", "b"]
+
+
+def test_a_script_s_target_is_named_in_a_warning_with_what_to_do(tmp_path: Path) -> None:
+    """A program run as a script stores its targets as ``__main__:fn``, which another process
+    resolves to its own main program: a WARNING says so when the schedule is declared, with
+    the fix (an importable module); a target in an importable module gets none."""
+    script = tmp_path / "app.py"
+    script.write_text(textwrap.dedent(f"""
+        import logging, sys
+        from executors import BackgroundService, Interval
+        from executors._service.schedule_data import resolve_target
+        logging.basicConfig(stream=sys.stdout, level=logging.WARNING, format="%(message)s")
+
+        def report() -> None: ...
+
+        svc = BackgroundService("script", store={f"sqlite:///{tmp_path / 'jobs.db'}"!r})
+        svc.schedule(Interval(3600), report, name="report")
+        svc.schedule(Interval(3600), resolve_target, "os:getcwd", name="imported")
+        svc.start()
+        svc.shutdown()
+        """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=60, check=True)
+    lines = done.stdout.splitlines()
+    assert lines == [(
+        "script: stored schedule 'report' has the target __main__:report: this program runs "
+        "as a script, and another process serving the store (or `executors schedules`) "
+        "imports its own __main__ instead; put the function in an importable module and "
+        "import it from the script")], done.stderr
+
+
+def _other() -> None:
+    """Another module-level function to add as a job."""
+
+
+def test_a_name_clash_says_the_name_is_taken_and_by_which_schedule(tmp_path: Path) -> None:
+    """Two stored schedules given one name: the error says the name is taken and by which
+    schedule (its target and trigger), not "give each stored schedule a name" (they had one);
+    unnamed, it still says to name them. A stored name taken by an every() job says so too."""
+    with BackgroundService("svc", store=f"sqlite:///{tmp_path / 'jobs.db'}") as svc:
+        svc.cron("30 2 * * *", _tick, tz="UTC", name="nightly")
+        svc.every(60, _other, name="cache", per_process=True)
+        with pytest.raises(ValueError) as named:
+            svc.schedule(Interval(60), _other, name="nightly")
+        assert str(named.value) == (
+            "the name 'nightly' is taken in svc by the stored schedule "
+            f"{__name__}:_tick (30 2 * * * UTC): give this one another name")
+        with pytest.raises(ValueError, match="the name 'cache' is taken in svc by the job "
+                                             r"_other \(every 60s\)"):
+            svc.schedule(Interval(60), _other, name="cache")
+        svc.schedule(Interval(60), _other)
+        with pytest.raises(ValueError, match=f"the name '{__name__}:_other' is taken .* give "
+                                             f"each stored schedule of {__name__}:_other a name"):
+            svc.schedule(Interval(120), _other)
