@@ -34,7 +34,8 @@ A `BackgroundService` given a store (``BackgroundService(store="sqlite:///jobs.d
   again the loop declares what it could not and claims again; fencing keeps any fire time from
   being run twice under ``on_crash="drop"``.
 
-The process clock is never used to decide anything: "due" and "lease expired" are the store's.
+The process clock is never used to decide anything: "due" and "lease expired" are the store's
+(SQLite's is read by SQLite in each process: `executors._service.sqlite_schedules`).
 """
 
 from __future__ import annotations
