@@ -528,10 +528,10 @@ class BackgroundService:
         classmethod or a staticmethod: a lambda, a closure or a bound method of an object
         is refused, with the reason; that it imports back is checked at `start()`, as the
         name a decorator decorates is bound only after it) and `args` must be JSON. Its name
-        is `name`, else
-        ``"module:qualname"`` (stable across processes). Every process declares it at start;
-        each fire time is claimed by one of them (see the Schedules page, "Many processes,
-        one store").
+        is `name`, else ``"module:qualname"`` (stable across processes); a program run as a
+        script names it ``"__main__:fn"`` (a WARNING says so). Every process declares it at
+        start; each fire time is claimed by one of them (see the Schedules page, "Many
+        processes, one store").
 
         Raises:
             TypeError, ValueError: a bad argument, named: `trigger` is not a trigger,
