@@ -16,13 +16,20 @@ T = TypeVar("T")
 
 
 #: A test hook, not a feature: seconds added to the service's wall clock in this process
-#: (read once, at import). The race tests of schedules kept in a store skew each process's
-#: clock by up to +-5 s with it, to show that no process's clock decides who runs a fire time.
+#: (read once, at import), and to the SQLite store's clock, which is this process's clock
+#: too (``julianday('now')`` reads it in the process running the statement). The race tests
+#: of schedules kept in a store skew each process with it: on a server store no process's
+#: clock decides who runs a fire time; on SQLite each process's does (the Schedules page).
 SKEW_ENV = "EXECUTORS_TEST_WALL_SKEW"
 
 
+def wall_skew() -> float:
+    """The `SKEW_ENV` test hook's seconds (0.0 when unset)."""
+    return float(os.environ.get(SKEW_ENV) or 0.0)
+
+
 def _skewed(read: Callable[[], float]) -> Callable[[], float]:
-    skew = float(os.environ.get(SKEW_ENV) or 0.0)
+    skew = wall_skew()
     if not skew:
         return read
     return lambda: read() + skew

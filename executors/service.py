@@ -50,6 +50,7 @@ from ._service.options import (
 )
 from ._service.pool import Pool, Submission
 from ._service.run_info import RunInfo, current_run
+from ._service.schedule_data import check_target, not_bound_yet
 from ._service.scheduler import Scheduler, shutting_down
 from ._service.shutdown import ShutdownReport, alive, wait_all
 from ._service.status import ServiceStatistics, ServiceStatus, state_counts
@@ -255,10 +256,14 @@ class BackgroundService:
 
         Raises:
             ShutdownError: the service was shut down.
+            TypeError: a stored schedule's target does not import back as its function
+                (checked here, not when a decorator added it: its name was not bound yet).
         """
         if shutting_down():
             raise ShutdownError("the interpreter is shutting down: cannot start a service")
         scheduler = self._scheduler
+        if not scheduler.started:
+            self._check_targets()
         with scheduler.lock:
             if scheduler.closing:
                 raise ShutdownError(f"{self._name} was shut down; make a new BackgroundService")
@@ -283,6 +288,16 @@ class BackgroundService:
             if job._executor is not None and not (job._paused or job._cancelled):
                 job._executor.open()
         return self
+
+    def _check_targets(self) -> None:
+        # Here, not at schedule(): a decorator runs before the name it decorates is bound.
+        for job in list(self._jobs.values()):
+            link = job._stored
+            if link is not None and not job._cancelled:
+                try:
+                    check_target(link.definition.target, job._fn)
+                except TypeError as exc:
+                    raise TypeError(f"stored schedule {job._name!r}: {exc}") from None
 
     def __enter__(self) -> BackgroundService:
         return self.start()
@@ -379,20 +394,21 @@ class BackgroundService:
               min_interval: float = 0.0, jitter: float = 0.0, delay: float = 0.0,
               on_error: OnError = "continue", overrun: Overrun | None = None,
               backoff_max: float = 300.0, dedicated: bool = False,
-              ) -> Callable[[Callable[[], object]], Job]: ...
+              per_process: bool | None = None) -> Callable[[Callable[[], object]], Job]: ...
 
     @overload
     def every(self, interval: float, fn: Callable[[*Ts], object], /, *args: *Ts,
               name: str | None = None, min_interval: float = 0.0, jitter: float = 0.0,
               delay: float = 0.0, on_error: OnError = "continue",
               overrun: Overrun | None = None, backoff_max: float = 300.0,
-              dedicated: bool = False) -> Job: ...
+              dedicated: bool = False, per_process: bool | None = None) -> Job: ...
 
     def every(self, interval: float, fn: Callable[..., object] | None = None, /,
               *args: object, name: str | None = None, min_interval: float = 0.0,
               jitter: float = 0.0, delay: float = 0.0, on_error: OnError = "continue",
               overrun: Overrun | None = None, backoff_max: float = 300.0,
-              dedicated: bool = False) -> Job | Callable[[Callable[[], object]], Job]:
+              dedicated: bool = False, per_process: bool | None = None
+              ) -> Job | Callable[[Callable[[], object]], Job]:
         """Run ``fn(*args)`` every `interval` seconds; return its `Job` handle.
 
         Without `fn`, returns a decorator that schedules the decorated function and returns
@@ -419,15 +435,39 @@ class BackgroundService:
                 job follows that executor's schedule (the next run `interval` after the
                 previous start, at once after an overrun), so `jitter`, `delay` and `overrun`
                 do not apply to it; its lateness is measured against that schedule.
+            per_process: an `every` job is kept in memory and runs in **each** process that
+                adds it, store or not. On a service with a store (where `schedule` is shared)
+                this must be said: ``per_process=True`` (a cache refresh, a local flush);
+                work to run once per interval across the processes is
+                ``schedule(Interval(interval), fn, name=...)``. Without a store it may be
+                left out.
 
         Raises:
             TypeError: `fn` is not callable, or an option has the wrong type.
-            ValueError: a bad interval, an unknown option value, or a duplicate `name`.
+            ValueError: a bad interval, an unknown option value, or a duplicate `name`;
+                on a service with a store, `per_process` not ``True``.
             ShutdownError: the service was shut down.
         """
+        self._check_per_process(per_process, interval)
         options = every_options(interval, min_interval, jitter, delay, on_error, overrun,
                                 backoff_max, dedicated, name)
         return self._add_or_decorate(fn, args, name, options, "every")
+
+    def _check_per_process(self, per_process: bool | None, interval: float) -> None:
+        # Said where the job is added: N processes on one store would run it N times, and a
+        # newcomer expects it shared like schedule() (nothing in the store says otherwise).
+        if per_process is not None and not isinstance(per_process, bool):
+            raise TypeError("per_process must be True, False or None, "
+                            f"got {type(per_process).__name__}")
+        if per_process is True or (per_process is None and self._store is None):
+            return
+        said = "per_process=False" if per_process is False else "without per_process=True"
+        where = "on a service " + ("with" if self._store is not None else "without") + " a store"
+        raise ValueError(
+            f"every() {said} {where}: an every() job runs in memory in each process that "
+            "adds it (N processes: N runs per interval); say per_process=True for "
+            f"per-process work (a cache refresh), or use schedule(Interval({interval!r}), fn, "
+            "name=...) to run it once per interval across the processes sharing the store")
 
     @overload
     def schedule(self, trigger: TriggerLike, fn: None = None, /, *, name: str | None = None,
@@ -490,10 +530,12 @@ class BackgroundService:
         With a store (``BackgroundService(store=...)``) the schedule is kept there as data:
         `fn` must import back as ``"module:qualname"`` (a module-level function, a
         classmethod or a staticmethod: a lambda, a closure or a bound method of an object
-        is refused, with the reason) and `args` must be JSON. Its name is `name`, else
-        ``"module:qualname"`` (stable across processes). Every process declares it at start;
-        each fire time is claimed by one of them (see the Schedules page, "Many processes,
-        one store").
+        is refused, with the reason; that it imports back is checked at `start()`, as the
+        name a decorator decorates is bound only after it) and `args` must be JSON. Its name
+        is `name`, else ``"module:qualname"`` (stable across processes); a program run as a
+        script names it ``"__main__:fn"`` (a WARNING says so). Every process declares it at
+        start; each fire time is claimed by one of them (see the Schedules page, "Many
+        processes, one store").
 
         Raises:
             TypeError, ValueError: a bad argument, named: `trigger` is not a trigger,
@@ -606,7 +648,8 @@ class BackgroundService:
             if name is None:
                 name = unique_name(fn, self._jobs, self._name_counts)
             elif name in self._jobs:
-                raise ValueError(f"a job named {name!r} already exists in {self._name}")
+                raise ValueError(f"a job named {name!r} already exists in {self._name}: "
+                                 f"{self._taken_by(name)}")
             job = Job(NO_PUBLIC_CONSTRUCTOR, scheduler, fn, args, name, o.interval,
                       o.min_interval, o.jitter, o.delay, o.on_error, o.overrun, o.backoff_max,
                       o.dedicated, f"{self._name}:{name}", o.wall)
@@ -623,7 +666,10 @@ class BackgroundService:
         if stored is not None:
             if started:
                 assert self._store is not None
-                self._store.declare(stored, job)  # events: added or changed, by the store
+                if not_bound_yet(stored.target):
+                    self._store.declare_later(stored, job)  # checked by the loop then
+                else:
+                    self._store.declare(stored, job)  # events: added or changed, by the store
             return job
         if o.dedicated and started and job._executor is not None:
             job._executor.open()
@@ -641,6 +687,15 @@ class BackgroundService:
             raise ValueError("since does not apply to a schedule kept in a store: the store "
                              "keeps its state across restarts")
         target = target_of(fn)
+        if self._scheduler.started and not not_bound_yet(target):
+            check_target(target, fn)  # before start() (or in a decorator), start() checks it
+        if target.startswith("__main__:"):
+            # Another process resolves "__main__" to its own main program, not this script.
+            logger.warning("%s: stored schedule %r has the target %s: this program runs as "
+                           "a script, and another process serving the store (or `executors "
+                           "schedules`) imports its own __main__ instead; put the function in "
+                           "an importable module and import it from the script", self._name,
+                           name if name is not None else target, target)
         options: dict[str, object] = {"missed": wall.missed, "max_missed": wall.max_missed,
                                       "grace": wall.grace, "on_error": o.on_error,
                                       "on_crash": o.on_crash}
@@ -656,9 +711,20 @@ class BackgroundService:
                                 f"(nothing is pickled): {exc}") from None
             raise
         if definition.name in self._jobs:
-            raise ValueError(f"a job named {definition.name!r} already exists in "
-                             f"{self._name}: give each stored schedule of {target} a name")
+            fix = (f"give each stored schedule of {target} a name" if name is None
+                   else "give this one another name")
+            raise ValueError(f"the name {definition.name!r} is taken in {self._name} by "
+                             f"{self._taken_by(definition.name)}: {fix}")
         return definition
+
+    def _taken_by(self, name: str) -> str:
+        """The job called `name` as people tell it apart: its function and its trigger."""
+        job = self._jobs[name]
+        link = job._stored
+        fn = link.definition.target if link is not None else getattr(
+            job._fn, "__qualname__", repr(job._fn))
+        kind = "the stored schedule" if link is not None else "the job"
+        return f"{kind} {fn} ({job._describe()})"
 
     def unschedule(self, name: str) -> bool:
         """Remove the schedule `name`: from the store (whoever declared it; it stays removed

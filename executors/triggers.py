@@ -183,7 +183,8 @@ class Cron(_Value):
     ``nL`` (last weekday n of the month), ``n#k`` (k-th weekday n), as cronsim reads them.
     Weekday 0 and 7 are Sunday; a restricted day-of-month and a restricted day-of-week match
     when either does (cron's rule). `gap` and `fold` are the policies of the module docstring.
-    Fire instants before `start` or after `end` (aware) are left out.
+    Fire instants before `start` or after `end` (aware) are left out; with `jitter`, that is
+    the jittered instant (a fire its offset takes past `end` is left out).
 
     `jitter` (seconds) delays each fire by an offset in [0, jitter) taken from a hash of the
     expression and the fire instant: the same schedule gets the same offsets in every process.
@@ -279,6 +280,8 @@ class Cron(_Value):
             following = self._base(base + _US)
             limit = jitter if following is None else min(jitter, following - base)
             fire = base + self._offset(base, limit)
+            if self._end is not None and fire > self._end:
+                return None  # `end` bounds the fire, not its base; later ones are later still
             if fire > after:
                 return _out(fire)
             base = following

@@ -404,7 +404,7 @@ def test_an_unknown_scheme_and_a_non_store_are_refused() -> None:
 def test_every_and_submit_stay_in_memory_with_a_store(db: str) -> None:
     """every() jobs are not written to the store."""
     with BackgroundService(store=db) as svc:
-        svc.every(3600, local_function, name="mem")
+        svc.every(3600, local_function, name="mem", per_process=True)
         assert svc.submit(sum, [1, 2]).result(5) == 3
     store = SQLiteScheduleStore(db[10:])
     assert store.records() == []

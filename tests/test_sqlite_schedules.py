@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import os
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from executors._clock import SKEW_ENV
 from executors._service.sqlite_schedules import SQLiteScheduleStore
 from executors._service.store import Plan, ScheduleDefinition, ScheduleRecord
 
@@ -125,3 +129,22 @@ def test_a_file_made_before_the_change_stamps_gains_them_and_a_hand_edit_shows_w
         assert record.paused
     finally:
         store.close()
+
+
+def test_the_store_clock_is_the_process_s_own_and_the_skew_hook_reaches_it(
+        store: SQLiteScheduleStore, tmp_path: Path) -> None:
+    """SQLite reads ``julianday('now')`` in the process running the statement: the store's
+    clock is that process's. The race tests' wall-skew hook (`SKEW_ENV`) shifts it as a faked
+    clock would: a process skewed by +90 s reads the same file's clock 90 s ahead."""
+    script = ("import sys\n"
+              "from executors._service.sqlite_schedules import SQLiteScheduleStore\n"
+              "s = SQLiteScheduleStore(sys.argv[1])\n"
+              "print(s.now().timestamp())\n"
+              "s.close()\n")
+    env = {**os.environ, SKEW_ENV: "90"}
+    before = store.now().timestamp()
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "jobs.db")], env=env,
+                          capture_output=True, text=True, timeout=60, check=True)
+    after = store.now().timestamp()
+    skewed = float(done.stdout)
+    assert before + 90 <= skewed <= after + 90

@@ -363,6 +363,23 @@ def test_jitter_never_reorders_fires_around_a_change() -> None:
     assert utc(2024, 11, 3, 5, 30) <= found[2] < utc(2024, 11, 3, 6, 30) <= found[3]
 
 
+def test_jitter_never_takes_a_fire_past_end() -> None:
+    """APScheduler 3's test_jitter_with_end_date, run against ours: a fire whose jittered
+    instant is after `end` is left out (its base at or before `end` is not enough), and the
+    fires before it are those of the same trigger without `end`."""
+    start = utc(2017, 11, 12, 6, 50)
+    free = Cron("* * * * *", tz="UTC", jitter=5)
+    cut = 0
+    for minute in range(51, 60):
+        end = utc(2017, 11, 12, 6, minute)
+        trigger = Cron("* * * * *", tz="UTC", end=end, jitter=5)
+        found = fires(trigger, start, 20)
+        assert found and all(fire <= end for fire in found)
+        expected = [fire for fire in fires(free, start, 12) if fire <= end]
+        assert found == expected
+        cut += expected[-1] < end  # this end's own minute was jittered past it
+        assert trigger.next_after(utc(2017, 11, 12, 6, minute - 1, 58)) in (None, end)
+    assert cut >= 5  # jitter in [0, 5) s: almost every end minute's fire is jittered past it
 @pytest.mark.parametrize(("expression", "jitter"), [
     ("*/5 * * * *", 300), ("0 9,10 * * *", 3600), ("30 2 * * *", 86400),
     ("*/15 * * * * *", 15), ("0 23 * * *", 86400.5)])

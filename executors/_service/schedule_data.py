@@ -14,6 +14,7 @@ import functools
 import importlib
 import inspect
 import json
+import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -22,15 +23,19 @@ from .store import ScheduleStore
 if TYPE_CHECKING:
     from .wallclock import TriggerLike
 
-__all__ = ("StoreStatus", "StoredSchedule", "check_store", "iso", "resolve_target", "target_of",
-           "trigger_of")
+__all__ = ("StoreStatus", "StoredSchedule", "check_store", "check_target", "iso", "not_bound_yet",
+           "resolve_target", "target_of", "trigger_of")
 
 
 # -- schedules as data --------------------------------------------------------------------------
 
 
 def target_of(fn: object) -> str:
-    """``"module:qualname"`` of `fn`, checked to import back to the same object.
+    """``"module:qualname"`` of `fn`, refused at once when it can never import back.
+
+    Whether it does import back is `check_target`'s question, asked when the declaration is
+    written (`BackgroundService.start`): while a decorator runs, the module-level name it
+    decorates is not bound yet.
 
     Raises:
         TypeError: `fn` cannot be named so (a lambda, a closure or nested function, a bound
@@ -55,20 +60,39 @@ def target_of(fn: object) -> str:
         raise TypeError(f"fn {module}:{qualname} is a closure or a nested function: another "
                         "process cannot import it (nor its enclosing variables); use a "
                         "module-level function with JSON arguments")
-    target = f"{module}:{qualname}"
+    return f"{module}:{qualname}"
+
+
+def check_target(target: str, fn: object) -> None:
+    """Check that `target` imports back to `fn` (or to the `Job` a decorator bound it to).
+
+    Raises:
+        TypeError: it does not import, or imports as another object, with the reason.
+    """
     try:
         resolved = resolve_target(target)
-    except (ImportError, AttributeError) as exc:
-        raise TypeError(f"fn {target} does not import back ({exc})") from None
+    except (ImportError, AttributeError, TypeError) as exc:
+        raise TypeError(f"fn {target} does not import back ({exc}): a stored schedule's "
+                        "target must be a module-level name once its module is imported"
+                        ) from None
     if resolved is not fn and resolved != fn:
         raise TypeError(f"fn {target} imports back as a different object ({resolved!r}): "
                         "a decorator that does not keep the function's name, or a name "
                         "rebound since; schedule the module-level object itself")
-    return target
+
+
+def not_bound_yet(target: str) -> bool:
+    """True if `target`'s module is imported (or being imported) but lacks its first name:
+    the case of a decorator running before the name it decorates is bound."""
+    module_name, _, qualname = target.partition(":")
+    module = sys.modules.get(module_name)
+    return module is not None and not hasattr(module, qualname.split(".")[0])
 
 
 def resolve_target(target: str) -> Callable[..., object]:
     """The object ``"module:qualname"`` names.
+
+    A name bound to a `Job` (``@svc.cron(...)`` returns one) names that job's function.
 
     Raises:
         ImportError, AttributeError: it does not import.
@@ -80,6 +104,9 @@ def resolve_target(target: str) -> Callable[..., object]:
     obj: Any = importlib.import_module(module_name)
     for part in qualname.split("."):
         obj = getattr(obj, part)
+    from .job import Job  # a decorated module-level function's name is bound to its Job
+    if isinstance(obj, Job):
+        obj = obj.fn
     if not callable(obj):
         raise TypeError(f"{target} is not callable")
     return obj  # type: ignore[no-any-return]

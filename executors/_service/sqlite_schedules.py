@@ -1,9 +1,10 @@
 """The SQLite schedule store: one file, several processes, the stdlib's sqlite3 (WAL).
 
 Every claim is one ``BEGIN IMMEDIATE`` transaction: it takes the file's write lock, reads the
-due records with the time SQLite itself reads (``julianday('now')``: the C library's clock,
-not a Python-level one that a test or a time-freezing library may shift), writes each claim as
-an update conditional on the record's version, and commits. Two processes never hold the write
+due records with the time SQLite itself reads (``julianday('now')``: the C library's clock in
+this process, not a Python-level one that freezegun may shift; processes on one machine share
+it, a faked one such as libfaketime's or the wall-skew test hook shifts it), writes each claim
+as an update conditional on the record's version, and commits. Two processes never hold the write
 lock at once, so of any number racing for one fire time exactly one moves the record forward.
 
 Every write also stamps the rows it touches with a change stamp (one more than the largest
@@ -27,6 +28,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, final
+
+from executors._clock import wall_skew
 
 from .store import (
     FORMAT_VERSION,
@@ -82,10 +85,13 @@ _CHANGED_INDEX = """
 CREATE INDEX IF NOT EXISTS executors_schedules_changed ON executors_schedules (changed);
 """
 
-# The store's clock, read by SQLite's C library in the same statement that decides.
+# The store's clock, read by SQLite's C library in the same statement that decides: the clock
+# of the process running the statement (on one machine, the kernel's clock they all share), so
+# the wall-skew test hook shifts it as a faked clock (libfaketime) would.
 # Rounded to the microsecond, as instants are everywhere else (a float that round-trips through
 # a datetime must compare equal to itself).
-_NOW = "round((julianday('now') - 2440587.5) * 86400.0, 6)"
+_NOW = (f"round((julianday('now') - 2440587.5) * 86400.0 + {wall_skew()!r}, 6)" if wall_skew()
+        else "round((julianday('now') - 2440587.5) * 86400.0, 6)")
 _COLUMNS = ("name, definition, digest, paused, next_fire, version, owner, lease_until, "
             "running_fire, attempt, state, claim_token")
 # A claim or a completion leaves the definition as it is: it writes the state columns only.

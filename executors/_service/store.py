@@ -12,8 +12,10 @@ against each, ``tests/test_schedule_stores.py``):
   live lease), increments the version and records the owner and a lease. Of any number of
   processes racing for one fire time, exactly one update matches.
 - **Time is the store's.** "Due" and "lease expired" are decided with the store's clock
-  (SQLite's own ``julianday('now')``, PostgreSQL's ``now()``, the MongoDB server's time), never
-  with a caller's: process clocks may be skewed by minutes without a double run.
+  (PostgreSQL's ``now()``, the MongoDB server's time), never with a caller's: process clocks
+  may be skewed by minutes without a double run. SQLite's ``julianday('now')`` is the clock of
+  the process running the statement: processes on one machine share the kernel's, and one
+  with a faked clock runs early and may see a live lease as expired (the Schedules page).
 - **Completion is fenced by the claim itself.** A claim stores a token of its own in the
   record (`ScheduleRecord.claim_token`); `complete` and `renew` match that token, not the
   record's version. A control operation made while the run is in flight (pause, resume, run

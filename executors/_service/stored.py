@@ -34,7 +34,8 @@ A `BackgroundService` given a store (``BackgroundService(store="sqlite:///jobs.d
   again the loop declares what it could not and claims again; fencing keeps any fire time from
   being run twice under ``on_crash="drop"``.
 
-The process clock is never used to decide anything: "due" and "lease expired" are the store's.
+The process clock is never used to decide anything: "due" and "lease expired" are the store's
+(SQLite's is read by SQLite in each process: `executors._service.sqlite_schedules`).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from .schedule_data import (
     StoredSchedule,
     StoreStatus,
     check_store,
+    check_target,
     resolve_target,
     target_of,
     trigger_of,
@@ -261,7 +263,16 @@ class StoreLoop:
                 self.to_declare[definition.name] = (definition, job)
             self.nudge()
 
+    def declare_later(self, definition: ScheduleDefinition, job: Job) -> None:
+        """Declare at the loop's next pass (a decorator's name is not bound yet: see below)."""
+        with self.lock:
+            self.jobs[definition.name] = job
+            self.to_declare[definition.name] = (definition, job)
+        self.nudge()
+
     def _declare(self, definition: ScheduleDefinition, job: Job) -> None:
+        # Checked where it is written: while a decorator runs, its name is not bound yet.
+        check_target(definition.target, job.fn)
         trigger = trigger_of(definition.trigger)
 
         def first_fire(now: dt.datetime) -> dt.datetime | None:
