@@ -10,6 +10,7 @@ schedule stood still for the whole 30 s lease.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import signal
@@ -20,10 +21,19 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
-from executors._service.store import open_store
+from executors._service.store import (
+    Claim,
+    Plan,
+    ScheduleDefinition,
+    ScheduleRecord,
+    ScheduleStore,
+    open_store,
+)
 from executors.testing import wait_until
+from integrations.schedule_stores.postgres_owners import OWNERS_LOCK_SPACE
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The target: the next run starts this soon after its owner's SIGKILL (wall clock).
@@ -154,3 +164,115 @@ def test_a_sigstopped_owner_is_not_taken_for_gone_on_sqlite_and_postgresql(
     finally:
         store.close()
     assert record is not None and record.counters["lost"] == 0
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("shared_store_url", ["mongodb"], indirect=True)
+def test_a_sigstopped_owner_on_mongodb_is_gone_after_its_heartbeat_and_runs_nothing_twice(
+        shared_store_url: str, tmp_path: Path, workers_factory: list[Workers]) -> None:
+    """On MongoDB a SIGSTOPped owner stops beating and is taken for gone (the judgement the
+    Schedules page states): under "drop" its run is counted lost and the next fire time runs
+    elsewhere within 2 s. On SIGCONT its run ends, its completion is refused by the claim's
+    token and reported as a lost lease: its fire time ran once."""
+    workers = Workers(shared_store_url, tmp_path / "runs.log", "drop")
+    workers_factory.append(workers)
+    for _ in range(2):
+        workers.spawn()
+    wait_until(lambda: len(workers.lines("up")) == 2, 60)
+    wait_until(lambda: len(workers.lines("start")) >= 1, 30)
+    (started,) = workers.lines("start")[:1]
+    (stopped,) = [p for p in workers.procs if p.pid == started["pid"]]
+    stopped_at = time.time()
+    stopped.send_signal(signal.SIGSTOP)
+    try:
+        wait_until(lambda: any(x["pid"] != started["pid"] for x in workers.lines("start")), 30)
+    finally:
+        stopped.send_signal(signal.SIGCONT)
+    (other, *_) = [x for x in workers.lines("start") if x["pid"] != started["pid"]]
+    assert float(str(other["at"])) - stopped_at <= WITHIN, other
+    wait_until(lambda: any(x["pid"] == started["pid"] for x in workers.lines("lease_lost")), 30)
+    lost = [(x["pid"], x["fire"]) for x in workers.lines("lease_lost")]
+    assert lost == [(started["pid"], started["fire"])]
+    fires = [x["fire"] for x in workers.lines("start")]
+    assert len(fires) == len(set(fires)), fires
+
+
+@pytest.fixture
+def pg_server() -> Iterator[object]:
+    """A PostgreSQL server of this test's own, that it may stop and start again."""
+    from helpers.postgres import restartable_server, unavailable
+
+    try:
+        with restartable_server() as server:
+            yield server
+    except FileNotFoundError as exc:
+        unavailable(exc)
+
+
+def _latest(record: ScheduleRecord, now: dt.datetime) -> Plan:
+    """``missed="latest"`` for a schedule due every second."""
+    assert record.next_fire is not None
+    fire = record.next_fire
+    while fire + dt.timedelta(seconds=1) <= now:
+        fire += dt.timedelta(seconds=1)
+    return Plan(fire, fire + dt.timedelta(seconds=1))
+
+
+def _claim(store: ScheduleStore, owner: str) -> list[Claim]:
+    """`owner`'s claim (once the store answers again: a connection that died with the
+    server raises once, and the next call connects again)."""
+    claimed: list[list[Claim]] = []
+
+    def attempt() -> bool:
+        try:
+            claimed.append(store.claim(owner, lease=30.0, limit=10, planner=_latest,
+                                       on_crash=lambda record: "drop"))
+        except psycopg.OperationalError:
+            return False
+        return True
+
+    wait_until(attempt, 20)
+    return claimed[0]
+
+
+@pytest.mark.timeout(90)
+def test_postgresql_judges_an_owner_by_its_session_lock_and_not_across_a_server_restart(
+        pg_server: object) -> None:
+    """PostgreSQL: an owner whose claiming session holds its advisory lock is alive; after
+    the server restarts (every lock gone) it is not taken for gone until it has claimed
+    again (its row predates the server's start); once its session ends
+    (``pg_terminate_backend``: what the server does when the process dies), the next claim of
+    another owner settles its run at once (``"drop"``: counted lost) and runs the schedule."""
+    from integrations.schedule_stores.postgres import PostgresScheduleStore
+
+    dsn = pg_server.dsn  # type: ignore[attr-defined]
+    a, b = PostgresScheduleStore(dsn), PostgresScheduleStore(dsn)
+    try:
+        a.declare(ScheduleDefinition("job", {"type": "interval", "seconds": 1.0},
+                                     "helpers.stored_jobs:seen", ["x"]), lambda now: now)
+        (running,) = _claim(a, "a")
+        assert _claim(b, "b") == []
+        pg_server.stop()  # type: ignore[attr-defined]
+        pg_server.start()  # type: ignore[attr-defined]
+        # "a" holds no lock (the server is new) and has not claimed since: not gone.
+        threading.Event().wait(0.3)  # past LIVENESS_EVERY: b looks at the owners again
+        assert _claim(b, "b") == []
+        assert _claim(a, "a") == []  # takes its lock again on a new connection
+        threading.Event().wait(0.3)
+        assert _claim(b, "b") == []
+        record = b.get("job")
+        assert record is not None and record.claim_token == running.token
+        with psycopg.connect(dsn, autocommit=True) as admin:  # "a"'s session ends
+            row = admin.execute(
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND "
+                f"classid = {OWNERS_LOCK_SPACE} AND objid = hashtext('a')::oid").fetchone()
+            assert row is not None
+            admin.execute("SELECT pg_terminate_backend(%s)", (row[0],))
+        claims: list[Claim] = []
+        wait_until(lambda: bool(claims.extend(_claim(b, "b")) or claims), 5)
+        record = b.get("job")
+        assert record is not None and record.counters["lost"] == 1
+        assert claims[0].fire_time > running.fire_time and record.owner == "b"
+    finally:
+        a.close()
+        b.close()
