@@ -79,16 +79,24 @@ def workers_factory() -> Iterator[list[Workers]]:
         workers.kill_all()
 
 
-def _kill_owner_mid_run(workers: Workers) -> tuple[dict[str, object], float]:
-    """Start two workers, wait until both serve and one runs, SIGKILL that one: its start
-    line and the wall time of the kill."""
+def _two_serving_one_running(workers: Workers) -> tuple[dict[str, object],
+                                                       subprocess.Popen[bytes]]:
+    """Start two workers and wait until both serve and one starts a run (after both serve:
+    it is surely in progress): that run's start line and its process."""
     for _ in range(2):
         workers.spawn()
     wait_until(lambda: len(workers.lines("up")) == 2, 60)
     seen = len(workers.lines("start"))
     wait_until(lambda: len(workers.lines("start")) > seen, 30)
     started = workers.lines("start")[seen]
-    (victim,) = [p for p in workers.procs if p.pid == started["pid"]]
+    (running,) = [p for p in workers.procs if p.pid == started["pid"]]
+    return started, running
+
+
+def _kill_owner_mid_run(workers: Workers) -> tuple[dict[str, object], float]:
+    """Start two workers, wait until both serve and one runs, SIGKILL that one: its start
+    line and the wall time of the kill."""
+    started, victim = _two_serving_one_running(workers)
     killed_at = time.time()
     victim.send_signal(signal.SIGKILL)
     victim.wait(10)
@@ -145,16 +153,12 @@ def test_a_sigstopped_owner_is_not_taken_for_gone_on_sqlite_and_postgresql(
     schedule; it is waited for by its lease, as a live owner that stalls always was."""
     workers = Workers(shared_store_url, tmp_path / "runs.log", "rerun", hold=2.0)
     workers_factory.append(workers)
-    for _ in range(2):
-        workers.spawn()
-    wait_until(lambda: len(workers.lines("up")) == 2, 60)
-    wait_until(lambda: len(workers.lines("start")) >= 1, 30)
-    (started,) = workers.lines("start")[:1]
-    (stopped,) = [p for p in workers.procs if p.pid == started["pid"]]
+    _, stopped = _two_serving_one_running(workers)
+    stopped_at = time.time()
     stopped.send_signal(signal.SIGSTOP)
     try:
         threading.Event().wait(3.0)  # a window in which nothing must happen
-        others = [x for x in workers.lines("start") if x["pid"] != started["pid"]]
+        others = [x for x in workers.lines("start") if float(str(x["at"])) > stopped_at]
     finally:
         stopped.send_signal(signal.SIGCONT)
     assert others == []
@@ -176,20 +180,17 @@ def test_a_sigstopped_owner_on_mongodb_is_gone_after_its_heartbeat_and_runs_noth
     token and reported as a lost lease: its fire time ran once."""
     workers = Workers(shared_store_url, tmp_path / "runs.log", "drop")
     workers_factory.append(workers)
-    for _ in range(2):
-        workers.spawn()
-    wait_until(lambda: len(workers.lines("up")) == 2, 60)
-    wait_until(lambda: len(workers.lines("start")) >= 1, 30)
-    (started,) = workers.lines("start")[:1]
-    (stopped,) = [p for p in workers.procs if p.pid == started["pid"]]
+    started, stopped = _two_serving_one_running(workers)
     stopped_at = time.time()
     stopped.send_signal(signal.SIGSTOP)
     try:
-        wait_until(lambda: any(x["pid"] != started["pid"] for x in workers.lines("start")), 30)
+        wait_until(lambda: any(float(str(x["at"])) > stopped_at
+                               for x in workers.lines("start")), 30)
     finally:
         stopped.send_signal(signal.SIGCONT)
-    (other, *_) = [x for x in workers.lines("start") if x["pid"] != started["pid"]]
+    (other, *_) = [x for x in workers.lines("start") if float(str(x["at"])) > stopped_at]
     assert float(str(other["at"])) - stopped_at <= WITHIN, other
+    assert other["pid"] != started["pid"] and other["fire"] > started["fire"], other  # type: ignore[operator]
     wait_until(lambda: any(x["pid"] == started["pid"] for x in workers.lines("lease_lost")), 30)
     lost = [(x["pid"], x["fire"]) for x in workers.lines("lease_lost")]
     assert lost == [(started["pid"], started["fire"])]
