@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any, final
 
 import pymongo
+from pymongo import UpdateOne
 from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
 
@@ -83,13 +84,20 @@ class OwnerBeats:
 
     def _tick(self) -> bool:
         try:
-            at = to_epoch(self._now())
-            with self._lock:
-                held = sorted(self._held)
-            self._owners.update_many({"_id": {"$in": held}}, {"$set": {"beat": at}})
-            if self._callbacks and self._gone_with_runs(at):
-                for callback in list(self._callbacks):
-                    callback()
+            # Each call bounded (a server that is away fails the beat, not the thread: a
+            # close joins it within a second).
+            with pymongo.timeout(4 * OWNER_BEAT):
+                at = to_epoch(self._now())
+                with self._lock:
+                    held = sorted(self._held)
+                # Upserted: an owner stopped long enough to be swept as gone (with no run)
+                # is known again when it beats again.
+                if held:
+                    self._owners.bulk_write([UpdateOne({"_id": owner}, {"$set": {"beat": at}},
+                                                       upsert=True) for owner in held])
+                if self._callbacks and self._gone_with_runs(at):
+                    for callback in list(self._callbacks):
+                        callback()
         except PyMongoError as exc:
             if not self._failing:  # once per outage: the serving loop reports the store
                 logger.info("owner heartbeat not written (%s): retried every %s s",

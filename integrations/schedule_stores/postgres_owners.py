@@ -54,8 +54,10 @@ _END_LEASES = (
     f"UPDATE executors_schedules SET lease_until = {_NOW} - 0.000001 WHERE name IN ("
     "SELECT name FROM executors_schedules WHERE running_fire IS NOT NULL "
     f"AND lease_until >= {_NOW} AND owner IN ({_GONE}) FOR UPDATE SKIP LOCKED)")
-# Rows of gone owners that hold no run: nothing is judged by them any more.
-_SWEEP = (f"DELETE FROM executors_owners WHERE owner IN ({_GONE}) AND NOT EXISTS ("
+# Rows of gone owners, and rows older than the server's start (a live one writes its row
+# again on its next claim), that hold no run: nothing is judged by them any more.
+_SWEEP = (f"DELETE FROM executors_owners WHERE (owner IN ({_GONE}) "
+          "OR since <= extract(epoch from pg_postmaster_start_time())) AND NOT EXISTS ("
           "SELECT 1 FROM executors_schedules AS s WHERE s.owner = executors_owners.owner "
           "AND s.running_fire IS NOT NULL)")
 
@@ -88,6 +90,7 @@ class OwnerLocks:
                         (owner,))
             row = cur.fetchone()
             if row and row[0]:
+                cur.execute(_SWEEP, (owner,))  # an owner's start: the others' leftovers go
                 cur.execute(f"INSERT INTO executors_owners VALUES (%s, {_NOW}) "
                             "ON CONFLICT (owner) DO UPDATE SET since = EXCLUDED.since",
                             (owner,))
