@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from helpers.forking import in_forked_child
@@ -64,3 +65,21 @@ def test_a_forked_child_does_not_keep_its_parent_s_owner_alive(tmp_path: Path) -
     assert in_forked_child(child) == [True, 0]
     assert OwnerFiles(str(tmp_path / "jobs.db")).gone([f"{HOST}:1:parent"]) == frozenset()
     files.release()
+
+
+def test_the_lock_folder_of_a_relative_store_is_found_after_a_change_of_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store opened by a relative path keeps its owners' files beside that database even
+    after the process changes its working folder (the check and the clean close go to the
+    same files)."""
+    monkeypatch.chdir(tmp_path)
+    files = OwnerFiles("jobs.db")
+    files.hold(f"{HOST}:1:a")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    checker = OwnerFiles(str(tmp_path / "jobs.db"))
+    checker.hold(f"{HOST}:2:b")
+    assert files.gone([f"{HOST}:2:b"]) == frozenset()
+    files.release()
+    assert os.listdir(tmp_path / "jobs.db-owners") == [quote(f"{HOST}:2:b", safe="") + ".lock"]
+    checker.release()

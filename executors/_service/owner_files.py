@@ -48,9 +48,10 @@ class OwnerFiles:
     """
 
     def __init__(self, database: str) -> None:
-        self.folder = f"{database}-owners"
         self._usable = fcntl is not None and database not in ("", ":memory:") \
             and not database.startswith("file:")
+        # Absolute: a process that changes its working folder later still finds the files.
+        self.folder = f"{os.path.abspath(database) if self._usable else database}-owners"
         self._held: dict[str, int] = {}  # owner -> the descriptor holding its lock
         self._lock = threading.Lock()
         self._host = socket.gethostname()
