@@ -33,6 +33,7 @@ def test_an_owner_is_gone_only_once_its_lock_is_free(tmp_path: Path) -> None:
     holder, checker = OwnerFiles(database), OwnerFiles(database)
     holder.hold(owner)
     holder.hold(other)
+    assert repr(holder) == f"<OwnerFiles {str(tmp_path / 'jobs.db-owners')!r} held=2 usable=True>"
     assert (tmp_path / "jobs.db-owners").stat().st_mode & 0o777 == 0o700
     assert checker.gone([owner, other, f"{HOST}:3:never", "elsewhere:1:a"]) == frozenset()
     _die(holder, owner)

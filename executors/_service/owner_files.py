@@ -57,6 +57,10 @@ class OwnerFiles:
         self._host = socket.gethostname()
         _ALL.add(self)
 
+    def __repr__(self) -> str:
+        held = sum(fd >= 0 for fd in self._held.values())
+        return f"<OwnerFiles {self.folder!r} held={held} usable={self._usable}>"
+
     def _path(self, owner: str) -> str:
         return os.path.join(self.folder, quote(owner, safe="") + _SUFFIX)
 

@@ -59,6 +59,10 @@ class OwnerBeats:
         self._callbacks: list[Callable[[], object]] = []
         self._failing = False
 
+    def __repr__(self) -> str:
+        state = "beating" if self._beat is not None else "idle"
+        return f"<OwnerBeats {state} owners={sorted(self._held)!r} failing={self._failing}>"
+
     def hold(self, owner: str, at: float) -> None:
         """Write `owner`'s first beat (at `at`, the server's epoch seconds) and keep it
         beating, once (before its first claim writes its name)."""

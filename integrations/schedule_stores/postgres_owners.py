@@ -72,6 +72,9 @@ class OwnerLocks:
         self._seen = -float("inf")  # when `end_gone_leases` looked last (monotonic)
         self._owners: set[str] = set()
 
+    def __repr__(self) -> str:
+        return f"<OwnerLocks owners={sorted(self._owners)!r}>"
+
     def hold(self, conn: psycopg.Connection[Any], owner: str) -> None:
         """Take `owner`'s lock on `conn` and write its row, once per connection (a new
         connection, after a lost one, takes it again and writes a new time)."""

@@ -253,6 +253,7 @@ def test_postgresql_judges_an_owner_by_its_session_lock_and_not_across_a_server_
                                      "helpers.stored_jobs:seen", ["x"]), lambda now: now)
         (running,) = _claim(a, "a")
         assert _claim(b, "b") == []
+        assert repr(a._owners) == "<OwnerLocks owners=['a']>"
         pg_server.stop()  # type: ignore[attr-defined]
         pg_server.start()  # type: ignore[attr-defined]
         # "a" holds no lock (the server is new) and has not claimed since: not gone.
@@ -277,3 +278,28 @@ def test_postgresql_judges_an_owner_by_its_session_lock_and_not_across_a_server_
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("shared_store_url", ["mongodb"], indirect=True)
+def test_a_mongodb_owner_beats_while_its_store_is_open_and_leaves_when_it_closes(
+        shared_store_url: str) -> None:
+    """A MongoDB owner's first claim writes its heartbeat document, a thread of the store
+    keeps it fresh on the server's clock (every 0.25 s), and a clean close stops the thread
+    and removes the document."""
+    from integrations.schedule_stores.mongo import MongoScheduleStore
+
+    store = MongoScheduleStore(shared_store_url)
+    watcher = MongoScheduleStore(shared_store_url)
+    owners = watcher._client.get_default_database()["executors_owners"]
+    try:
+        assert _claim(store, "a") == [] and repr(store._owners).startswith("<OwnerBeats beating")
+        (first,) = owners.find({"_id": "a"})
+        wait_until(lambda: owners.find_one({"_id": "a"})["beat"] > first["beat"], 5)
+        beat = owners.find_one({"_id": "a"})["beat"]
+        assert abs(beat - watcher.now().timestamp()) < 1.0
+    finally:
+        store.close()
+    assert owners.find_one({"_id": "a"}) is None
+    assert repr(store._owners) == "<OwnerBeats idle owners=[] failing=False>"
+    watcher.close()
