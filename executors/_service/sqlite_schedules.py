@@ -21,9 +21,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import math
 import os
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,8 +33,10 @@ from typing import Any, final
 
 from executors._clock import wall_skew
 
+from .owner_files import OwnerFiles
 from .store import (
     FORMAT_VERSION,
+    LIVENESS_EVERY,
     Claim,
     Declared,
     OnCrash,
@@ -196,6 +200,8 @@ class SQLiteScheduleStore:
         # look at the store) is not decoded again.
         self._decoded: dict[str, tuple[tuple[Any, ...], ScheduleRecord]] = {}
         self._unreadable = Unreadable()
+        self._owners = OwnerFiles(path)
+        self._owners_seen = -math.inf  # when `_end_gone_leases` looked last (monotonic)
         conn = self._conn()
         # executescript commits first: the schema is made outside the format check's
         # transaction (every statement is IF NOT EXISTS, so racing processes agree).
@@ -373,6 +379,7 @@ class SQLiteScheduleStore:
                   planner: Planner, on_crash: Callable[[ScheduleRecord], OnCrash]
                   ) -> list[Claim]:
         """The claim, inside the caller's write transaction."""
+        self._end_gone_leases(conn, owner)
         claims: list[Claim] = []
         token = uuid.uuid4().hex  # the batch's: unique with each record's name
         now = self._now(conn)
@@ -400,6 +407,26 @@ class SQLiteScheduleStore:
                     and settled[1] is not None:
                 claims.append(settled[1])
         return claims
+
+    def _end_gone_leases(self, conn: sqlite3.Connection, owner: str) -> None:
+        """End the leases of the runs whose owner died (`OwnerFiles`: its file lock is free),
+        inside the claim's write transaction, before it looks for work: the claim then
+        settles them as any expired lease (``on_crash``). At most every `LIVENESS_EVERY`."""
+        self._owners.hold(owner)  # before a claim writes this owner's name into a record
+        at = time.monotonic()
+        if at < self._owners_seen + LIVENESS_EVERY:
+            return
+        self._owners_seen = at
+        owners = [row[0] for row in conn.execute(
+            "SELECT DISTINCT owner FROM executors_schedules WHERE running_fire IS NOT NULL "
+            f"AND lease_until >= {_NOW} AND owner IS NOT NULL AND owner <> ?", (owner,))]
+        gone = sorted(self._owners.gone(owners))
+        if gone:
+            conn.execute(
+                f"UPDATE executors_schedules SET lease_until = {_NOW} - 0.000001, changed = ? "
+                f"WHERE running_fire IS NOT NULL AND owner IN ({', '.join('?' * len(gone))})",
+                (self._bump(conn), *gone))
+            self._owners.sweep(owners)  # the files of owners that died and hold no run
 
     def next_due(self) -> tuple[dt.datetime, dt.datetime | None]:
         skip = self._unreadable.names()
@@ -526,6 +553,7 @@ class SQLiteScheduleStore:
         return Changes(int(seq), whole, good, bad)
 
     def close(self) -> None:
+        self._owners.release()
         with self._lock:
             connections, self._connections = self._connections, []
         for conn in connections:

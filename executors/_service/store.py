@@ -27,6 +27,28 @@ against each, ``tests/test_schedule_stores.py``):
 - **A crashed run is settled once.** A record whose lease expired with a run in progress is
   settled by the next `claim` that sees it: ``on_crash="drop"`` counts the run as lost,
   ``"rerun"`` hands the same fire time out again with ``attempt + 1``.
+- **A dead owner is not waited for.** A store that can tell that a run's owner is gone ends
+  that run's lease at once (the lease's end moves to the store's now, nothing else changes),
+  just before it looks for claimable records; the run is then settled as above by whichever
+  claim sees it, so a schedule stands still for about a second after its owner is
+  SIGKILLed, not for a lease. Each store asks what it knows of its clients, never a
+  process's clock: SQLite, an exclusive ``flock`` the owner holds on a file of its own beside
+  the database (``<file>-owners/``: the kernel lets it go when the process dies, however it
+  dies); PostgreSQL, a session-level advisory lock held by the owner's claiming connection
+  (the server lets it go when the backend ends) with a row in ``executors_owners`` naming the
+  owner and when it took the lock (after the server's start: a restarted server holds no
+  lock, and owners are not taken for gone until they took theirs again); MongoDB, a heartbeat
+  document per owner in ``executors_owners``, written every `OWNER_BEAT` seconds with the
+  server's time, gone when older than `OWNER_STALE`. Each store looks at most every
+  `LIVENESS_EVERY` seconds. An owner the store knows nothing of (a process of an older
+  version, an owner on another machine for SQLite) is waited for by its lease, as before. A
+  false "gone" cannot run a fire time twice under ``on_crash="drop"``: the live owner's
+  renewal and completion are refused by the claim's token once the run is settled (a lost
+  lease, reported); under ``"rerun"`` it runs the fire time again, as a lease that expired
+  on a live owner always could. "Gone" means "cannot reach the store": a SIGSTOPped process
+  keeps its SQLite file lock and its PostgreSQL session (so it is waited for by its lease)
+  but stops beating on MongoDB (gone after `OWNER_STALE`); a process cut off from
+  PostgreSQL loses its session and is gone too.
 
 What is decided by the caller is what the next fire time is: `claim` takes a `Planner` that,
 given a due record and the store's now, returns the fire time to run (or none), the next fire
@@ -52,6 +74,9 @@ from executors._urls import redact
 __all__ = (
     "FORMAT_VERSION",
     "OnCrash",
+    "OWNER_BEAT",
+    "OWNER_STALE",
+    "LIVENESS_EVERY",
     "ScheduleDefinition",
     "ScheduleRecord",
     "Claim",
@@ -83,6 +108,15 @@ FORMAT_VERSION = 1
 UTC = dt.UTC
 
 OnCrash = Literal["drop", "rerun"]
+
+#: How often a MongoDB owner writes its heartbeat (seconds, on its monotonic clock).
+OWNER_BEAT = 0.25
+#: How old a MongoDB owner's heartbeat is (seconds, on the server's clock) when the owner is
+#: taken for gone: five beats missed.
+OWNER_STALE = 1.25
+#: The least time between two looks of one store object for the runs of gone owners
+#: (seconds): a claim more often than this (a busy loop) does not pay for the look.
+LIVENESS_EVERY = 0.25
 
 
 class StoreFormatError(RuntimeError):
@@ -531,7 +565,8 @@ def settle_claim(record: ScheduleRecord, owner: str, now: dt.datetime, lease: fl
     if record.running_fire is not None:
         if record.lease_until is not None and record.lease_until >= now:
             return None  # a live lease: the run is in progress somewhere
-        # The owner crashed (or stalled) past its lease: settle that run once, here.
+        # The owner crashed (its lease expired, or was ended because the store saw it die) or
+        # stalled past its lease: settle that run once, here.
         if on_crash(record) == "rerun" and not record.paused:
             attempt = record.attempt + 1
             version = record.version + 1

@@ -48,6 +48,8 @@ from executors._service.store import (
 from executors._service.unreadable import Unreadable
 from executors._urls import redact
 
+from .mongo_owners import OwnerBeats
+
 __all__ = ("MongoScheduleStore",)
 
 _COLLECTION = "executors_schedules"
@@ -125,6 +127,7 @@ class MongoScheduleStore:
         # with no run in progress has a null lease, which a numeric range never matches).
         self._records.create_index([("next_fire", pymongo.ASCENDING)])
         self._records.create_index([("lease_until", pymongo.ASCENDING)])
+        self._owners = OwnerBeats(db["executors_owners"], self._records, self.now)
 
     def __repr__(self) -> str:
         return f"<MongoScheduleStore {self.display_url!r}>"
@@ -186,6 +189,8 @@ class MongoScheduleStore:
               on_crash: Callable[[ScheduleRecord], OnCrash]) -> list[Claim]:
         now = self.now()
         at = to_epoch(now)
+        self._owners.hold(owner, at)  # before this claim writes its name
+        self._owners.end_gone_leases(at)  # then settled as expired, below
         mark, skip = self._unreadable.mark(), self._skip()
         # Two queries, not one ``$or``: nx-27017 (the tests' server) answers ``$or`` with
         # nothing. Expired leases are rare, and both queries use the store's `at`.
@@ -322,6 +327,14 @@ class MongoScheduleStore:
     def corrupt(self) -> list[tuple[str, str]]:
         return [(name, r) for name, r in self._decoded() if isinstance(r, str)]
 
+    def watch(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Call `callback` (on the heartbeat's thread) when an owner that holds a run is
+        found gone (`OwnerBeats`): the serving loop then claims, and settles the run, at
+        once. (Other changes are seen by polling: change streams are not used.) Returns the
+        function that stops it."""
+        return self._owners.watch(callback)
+
     def close(self) -> None:
+        self._owners.release()
         self._client.close()
 

@@ -19,6 +19,7 @@ pure-Python one spends about half of a claim's client time in the driver.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -56,6 +57,8 @@ from executors._service.store import (
 )
 from executors._service.unreadable import Unreadable
 from executors._urls import redact
+
+from .postgres_owners import OwnerLocks
 
 __all__ = ("PostgresScheduleStore",)
 
@@ -212,6 +215,7 @@ class PostgresScheduleStore:
         self._connections: list[psycopg.Connection[Any]] = []
         self._listeners: list[_Listener] = []
         self._unreadable = Unreadable()
+        self._owners = OwnerLocks()
         try:
             with self._tx() as cur:
                 cur.execute(_SCHEMA_DONE)
@@ -332,7 +336,9 @@ class PostgresScheduleStore:
               on_crash: Callable[[ScheduleRecord], OnCrash]) -> list[Claim]:
         token = uuid.uuid4().hex  # the batch's: unique with each record's name
         mark, skip = self._unreadable.mark(), self._unreadable.names()
+        self._owners.hold(self._conn(), owner)  # before this claim writes its name
         with self._tx() as cur:
+            self._owners.end_gone_leases(cur, owner)  # then settled as expired, below
             cur.execute(_CLAIMABLE, (skip, limit, skip, limit, limit))
             rows = cur.fetchall()
             writes: list[tuple[ScheduleRecord, int]] = []
@@ -449,6 +455,8 @@ class PostgresScheduleStore:
         return listener.close
 
     def close(self) -> None:
+        with contextlib.suppress(psycopg.Error):
+            self._owners.release()
         with self._lock:
             connections, self._connections = self._connections, []
             listeners, self._listeners = self._listeners, []

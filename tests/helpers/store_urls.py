@@ -32,7 +32,8 @@ def empty_store_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -
 
     dsn: str = request.getfixturevalue("pg_dsn")
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("DROP TABLE IF EXISTS executors_schedules, executors_meta")
+        conn.execute("DROP TABLE IF EXISTS executors_schedules, executors_meta, "
+                     "executors_owners")
     return dsn
 
 

@@ -48,10 +48,10 @@ def record(path: str) -> None:
 
 
 def hold(path: str, seconds: float) -> None:
-    """A run that lasts `seconds`: a ``start`` line, the wait, an ``end`` line (a process
-    killed mid-run leaves a start without an end)."""
+    """A run that lasts `seconds`: a ``start`` line (with the wall clock's ``at``), the wait,
+    an ``end`` line (a process killed mid-run leaves a start without an end)."""
     fields = _run_fields()
-    append(path, event="start", **fields)
+    append(path, event="start", at=time.time(), **fields)
     time.sleep(seconds)  # the run's own work: a process may be killed or stopped meanwhile
     append(path, event="end", **fields)
 
