@@ -5,6 +5,8 @@ there exits 1, one line each, passwords hidden)."""
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -157,3 +159,21 @@ def test_an_unreachable_store_is_one_line_with_the_password_hidden(
     assert main(["schedules", url]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "alice:***@" in err and "s3cret" not in err
+
+
+def _command(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`executors schedules ARGS` run as a child process, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "executors", "schedules", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.mark.parametrize("url", ["mongodb://user:a@b@127.0.0.1:{port}/db",
+                                 "postgresql://user@127.0.0.1:{port}/db?password=s3cret"])
+def test_a_url_with_a_password_shows_it_nowhere_and_no_traceback(url: str) -> None:
+    """A URL pymongo cannot read (an unescaped "@" in the password) is a usage error, one
+    an unreachable server a one-line error: no traceback, the password hidden."""
+    proc = _command(url.format(port=free_port()))
+    assert proc.returncode in (1, 2), proc.stderr
+    assert "Traceback" not in proc.stderr and "s3cret" not in proc.stderr
+    assert "a@b" not in proc.stderr and proc.stdout == ""
+    assert "user:***@127.0.0.1" in proc.stderr or "password=***" in proc.stderr

@@ -457,9 +457,14 @@ def open_store(url: str) -> ScheduleStore:
 
     Raises:
         TypeError: `url` is not a string.
-        ValueError: an unknown scheme (naming it and the known ones).
+        ValueError: an unknown scheme (naming it and the known ones), or a URL its driver
+            cannot read (naming it, secrets hidden).
         ImportError: the scheme's driver is not installed (naming the extra to install).
-        ConnectionError: the store cannot be reached (naming the URL, password hidden).
+        ConnectionError: the store cannot be reached (naming the URL, secrets hidden).
+
+    Every message names the URL with its password and secret query values (``password``,
+    ``sslpassword``, ``passfile``, ``token``, ``secret``) hidden, and is not chained to the
+    driver's error.
     """
     if not isinstance(url, str):
         raise TypeError(f"store must be a URL or a store object, got {type(url).__name__}")

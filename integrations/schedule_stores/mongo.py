@@ -22,7 +22,7 @@ from typing import Any, final
 
 import pymongo
 from pymongo import UpdateOne
-from pymongo.errors import PyMongoError
+from pymongo.errors import InvalidURI, PyMongoError
 
 from executors._service.store import (
     FORMAT_VERSION,
@@ -46,7 +46,7 @@ from executors._service.store import (
     to_epoch,
 )
 from executors._service.unreadable import Unreadable
-from executors._urls import redact
+from executors._urls import redact, scrub
 
 __all__ = ("MongoScheduleStore",)
 
@@ -91,7 +91,8 @@ class MongoScheduleStore:
         connect_timeout: seconds to find the server at start.
 
     Raises:
-        ConnectionError: the server cannot be reached (naming the URL, password hidden).
+        ValueError: pymongo cannot read the URL (naming it, secrets hidden).
+        ConnectionError: the server cannot be reached (naming the URL, secrets hidden).
         StoreFormatError: the collection was written by a newer format.
     """
 
@@ -100,8 +101,17 @@ class MongoScheduleStore:
         self._window = 1  # see _WIDEST
         self._unreadable = Unreadable()
         ms = int(connect_timeout * 1000)
-        self._client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
-            url, serverSelectionTimeoutMS=ms, connectTimeoutMS=ms)
+        try:
+            self._client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
+                url, serverSelectionTimeoutMS=ms, connectTimeoutMS=ms)
+        except (InvalidURI, ValueError, TypeError) as exc:
+            # pymongo could not read the URL (InvalidURI, or an option's value it refuses):
+            # its message may quote a part of it, and is not chained (``from None``).
+            raise ValueError(f"schedule store {self.display_url}: "
+                             f"{scrub(str(exc), url)}") from None
+        except PyMongoError as exc:  # ConfigurationError: an SRV record not found, ...
+            raise ConnectionError(f"cannot reach the schedule store {self.display_url}: "
+                                  f"{scrub(str(exc), url)}") from None
         try:
             db = self._client.get_default_database("executors")
             self._records = db[_COLLECTION]
@@ -111,7 +121,7 @@ class MongoScheduleStore:
             stored = meta.find_one({"_id": "format"})
         except PyMongoError as exc:
             self._client.close()
-            reason = " ".join(str(exc).split())
+            reason = scrub(" ".join(str(exc).split()), url)
             raise ConnectionError(f"cannot reach the schedule store {self.display_url}: "
                                   f"{reason}") from None
         version = int((stored or {}).get("value", FORMAT_VERSION))

@@ -55,7 +55,7 @@ from executors._service.store import (
     settle_claim,
 )
 from executors._service.unreadable import Unreadable
-from executors._urls import redact
+from executors._urls import redact, scrub
 
 __all__ = ("PostgresScheduleStore",)
 
@@ -199,7 +199,8 @@ class PostgresScheduleStore:
         connect_timeout: seconds to reach the server at start.
 
     Raises:
-        ConnectionError: the server cannot be reached (naming the URL, password hidden).
+        ValueError: libpq cannot read the URL (naming it, secrets hidden).
+        ConnectionError: the server cannot be reached (naming the URL, secrets hidden).
         StoreFormatError: the table was written by a newer format.
     """
 
@@ -225,9 +226,14 @@ class PostgresScheduleStore:
                 row = cur.fetchone()
                 cur.execute(_CHANNEL)
                 oid = cur.fetchone()
-        except psycopg.OperationalError as exc:
+        except psycopg.Error as exc:
             self.close()
-            reason = " ".join(str(exc).split())  # libpq's message spans lines
+            # libpq's message spans lines, and may quote a part of the URL (a password cut
+            # by its parser included): scrubbed. ``from None``: the driver's error, which
+            # holds the message as it was, is not chained.
+            reason = scrub(" ".join(str(exc).split()), url)
+            if isinstance(exc, psycopg.ProgrammingError):  # libpq could not read the URL
+                raise ValueError(f"schedule store {self.display_url}: {reason}") from None
             raise ConnectionError(f"cannot reach the schedule store {self.display_url}: "
                                   f"{reason}") from None
         assert oid is not None

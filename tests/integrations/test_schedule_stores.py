@@ -588,3 +588,63 @@ def test_a_table_made_before_claim_tokens_gains_them_and_fences_runs_by_them(
         assert record is not None and record.paused and record.counters["runs"] == 1
     finally:
         upgraded.close()
+
+
+def _shows_no_secret(exc: BaseException, *secrets: str) -> str:
+    """The traceback `exc` prints, checked for `secrets` (none may show), with the chain."""
+    import traceback
+
+    printed = "".join(traceback.format_exception(exc))
+    for secret in secrets:
+        assert secret not in printed, printed
+    # Not chained to the driver's error (which holds its message as it was).
+    assert exc.__cause__ is None and exc.__suppress_context__
+    return printed
+
+
+@pytest.mark.parametrize(("url", "error", "shown"), [
+    # pymongo's InvalidURI: an unescaped "@" in the password.
+    ("mongodb://user:a@b@127.0.0.1:{port}/db", ValueError, "mongodb://user:***@127.0.0.1"),
+    # libpq cannot read it (a space in the password; an unknown option).
+    ("postgresql://user:s3c ret@127.0.0.1:{port}/db", ValueError, "postgresql://user:***@127"),
+    ("postgresql://alice@127.0.0.1:{port}/db?password=s3cret&bogus=1", ValueError,
+     "?password=***&bogus=1"),
+    # Unreachable, the password in the query.
+    ("postgresql://alice@127.0.0.1:{port}/db?password=s3cret", ConnectionError,
+     "?password=***"),
+    ("postgresql://user:s3c/ret@127.0.0.1:{port}/db", ConnectionError,
+     "postgresql://user:***@127.0.0.1"),
+])
+def test_a_drivers_configuration_error_is_the_documented_error_with_secrets_hidden(
+        url: str, error: type[Exception], shown: str) -> None:
+    """Every driver error at opening (pymongo's InvalidURI, libpq's unreadable URL or
+    option, no server) is `open_store`'s ValueError or ConnectionError, from `open_store`
+    and from the service, naming the URL with every secret hidden, in its message, its chain
+    and its traceback."""
+    from executors import BackgroundService
+    from executors.testing import free_port
+
+    target = url.format(port=free_port())
+    for opening in (open_store, lambda u: BackgroundService("s", store=u)):
+        with pytest.raises(error) as info:
+            opening(target)
+        assert shown in str(info.value), str(info.value)
+        _shows_no_secret(info.value, "s3cret", "s3c", "ret@", "a@b")
+
+
+def test_a_postgres_password_in_the_query_shows_nowhere(pg_dsn: str,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """``?password=`` in a reachable store's URL is hidden in its `display_url`, the
+    service's status and its logs."""
+    import logging
+
+    from executors import BackgroundService
+    from executors.triggers import Interval
+
+    url = pg_dsn + ("&" if "?" in pg_dsn else "?") + "password=s3cret"
+    caplog.set_level(logging.DEBUG)
+    with BackgroundService("s", store=url) as svc:
+        svc.schedule(Interval(3600), print, name="hourly")
+        status = svc.status()
+    assert "password=***" in status.store.url  # type: ignore[union-attr]
+    assert "s3cret" not in repr(status) and "s3cret" not in caplog.text
