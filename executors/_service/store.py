@@ -227,6 +227,9 @@ class ScheduleRecord:
     #: The token of the claim whose run is in progress (None when none is): what that
     #: claim's renewal and completion match.
     claim_token: str | None = None
+    #: Who ran the last finished run (its owner, ``host:pid:random``; for a ``"lost"`` one,
+    #: the owner that lost it), or None: no run yet, or a record written before this was kept.
+    last_owner: str | None = None
 
     @property
     def name(self) -> str:
@@ -362,6 +365,7 @@ def record_fields(record: ScheduleRecord) -> dict[str, object]:
         "running_fire": _opt_epoch(record.running_fire), "attempt": record.attempt,
         "counters": dict(record.counters), "last_fire": _opt_epoch(record.last_fire),
         "last_result": record.last_result, "claim_token": record.claim_token,
+        "last_owner": record.last_owner,
     }
 
 
@@ -391,8 +395,8 @@ def record_from_fields(fields: Mapping[str, object]) -> ScheduleRecord:
             _opt_instant(fields["lease_until"]), _opt_instant(fields["running_fire"]),
             _int(fields["attempt"]), {str(k): _int(v) for k, v in counters.items()},
             _opt_instant(fields["last_fire"]), _opt_str(fields["last_result"]),
-            # Absent from records written before claims had tokens.
-            _opt_str(fields.get("claim_token")))
+            # Absent from records written before claims had tokens, or kept the last owner.
+            _opt_str(fields.get("claim_token")), _opt_str(fields.get("last_owner")))
     except KeyError as exc:
         raise StoreFormatError(f"schedule {name!r}: field {exc} is missing") from None
     except (TypeError, ValueError, OverflowError) as exc:
@@ -436,18 +440,36 @@ _BACKENDS = {
 }
 
 
+_SQLITE_FORMS = ("write sqlite:///jobs.db (a file relative to the working folder) or "
+                 "sqlite:////srv/jobs.db (an absolute path)")
+
+
 def sqlite_path(url: str) -> str:
     """The file of a ``sqlite:`` URL: ``sqlite:///jobs.db`` is relative to the working
-    folder, ``sqlite:////srv/jobs.db`` absolute (SQLAlchemy's rule).
+    folder, ``sqlite:////srv/jobs.db`` absolute (SQLAlchemy's rule). Those two forms only:
+    the URL names a file, nothing else.
 
     Raises:
-        ValueError: the URL names no file.
+        ValueError: the URL names no file, is of another form (``sqlite:/jobs.db``, which
+            would be the root's ``/jobs.db``; ``sqlite://host/jobs.db``), or has a query or
+            a fragment (``?mode=ro``: no option is read, and none may end up in the file's
+            name), each named, with the two accepted forms.
     """
-    rest = url[len("sqlite:"):]
-    path = rest[3:] if rest.startswith("///") else rest[2:] if rest.startswith("//") else rest
+    scheme, colon, rest = url.partition(":")
+    if not colon or scheme.lower() != "sqlite":
+        raise ValueError(f"store {url!r} is not a sqlite: URL: {_SQLITE_FORMS}")
+    if not rest.startswith("///"):
+        what = "names no file" if rest in ("", "/", "//") else (
+            "has a host" if rest.startswith("//") else "has fewer than three slashes")
+        raise ValueError(f"store {url!r} {what}: {_SQLITE_FORMS}")
+    path = rest[3:]
+    for mark, what in (("?", "a query"), ("#", "a fragment")):
+        if mark in path:
+            extra = path[path.index(mark):]
+            raise ValueError(f"store {url!r} has {what} ({extra!r}), which a sqlite: store "
+                             f"does not take: the URL names a file only ({_SQLITE_FORMS})")
     if not path:
-        raise ValueError(f"store {url!r} names no file: write sqlite:///jobs.db (relative) "
-                         "or sqlite:////srv/jobs.db (absolute)")
+        raise ValueError(f"store {url!r} names no file: {_SQLITE_FORMS}")
     return path
 
 
@@ -546,7 +568,8 @@ def settle_claim(record: ScheduleRecord, owner: str, now: dt.datetime, lease: fl
         counters["lost"] += 1
         record = dataclasses.replace(record, running_fire=None, owner=None, lease_until=None,
                                      counters=counters, last_fire=record.running_fire,
-                                     last_result="lost", claim_token=None)
+                                     last_result="lost", claim_token=None,
+                                     last_owner=record.owner)
         counters = dict(counters)
         settled = True
     if record.paused or record.next_fire is None or record.next_fire > now:
@@ -565,7 +588,7 @@ def settle_claim(record: ScheduleRecord, owner: str, now: dt.datetime, lease: fl
         definition=record.definition, digest=record.digest, paused=record.paused,
         next_fire=plan.next_fire, version=version, owner=owner, lease_until=lease_until,
         running_fire=plan.run, attempt=1, counters=counters, last_fire=record.last_fire,
-        last_result=record.last_result, claim_token=token)
+        last_result=record.last_result, claim_token=token, last_owner=record.last_owner)
     return updated, Claim(record.name, plan.run, 1, version, lease_until, record.definition,
                           token)
 
@@ -580,7 +603,7 @@ def finish_record(record: ScheduleRecord, result: str) -> ScheduleRecord:
     return dataclasses.replace(record, version=record.version + 1, owner=None,
                                lease_until=None, running_fire=None, counters=counters,
                                last_fire=record.running_fire, last_result=result,
-                               claim_token=None)
+                               claim_token=None, last_owner=record.owner)
 
 
 def given_back(record: ScheduleRecord, claim: Claim, now: dt.datetime) -> ScheduleRecord:

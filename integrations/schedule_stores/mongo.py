@@ -63,7 +63,7 @@ _NOT_CLAIMED = ("_id", "definition", "digest", "paused")
 # The fields of a run in progress: a changed declaration keeps them as they are stored.
 _RUN = ("owner", "lease_until", "running_fire", "attempt", "claim_token")
 # What a run's end writes (`finish_record`).
-_FINISHED = ("version", *_RUN, "counters", "last_fire", "last_result")
+_FINISHED = ("version", *_RUN, "counters", "last_fire", "last_result", "last_owner")
 _GIVEN_BACK = ("version", *_RUN, "next_fire")
 _META = "executors_meta"
 

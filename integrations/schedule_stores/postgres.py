@@ -172,8 +172,10 @@ def _decode(row: tuple[Any, ...]) -> ScheduleRecord:
 
 
 def _state(f: dict[str, Any]) -> str:
+    # The last run's owner is kept with the last run, in the state: no column to add, and a
+    # record written before it was kept reads None.
     return json.dumps({"counters": f["counters"], "last_result": f["last_result"],
-                       "last_fire": f["last_fire"]})
+                       "last_fire": f["last_fire"], "last_owner": f["last_owner"]})
 
 
 def _encode(record: ScheduleRecord) -> tuple[object, ...]:

@@ -648,3 +648,65 @@ def test_a_postgres_password_in_the_query_shows_nowhere(pg_dsn: str,
         status = svc.status()
     assert "password=***" in status.store.url  # type: ignore[union-attr]
     assert "s3cret" not in repr(status) and "s3cret" not in caplog.text
+
+
+def test_the_last_runs_owner_is_kept_through_claims_and_control_operations(
+        store: ScheduleStore) -> None:
+    """A finished run records who ran it (`last_owner`), kept by the next claims and by a
+    pause; a run lost by a crashed owner names that owner."""
+    declare_due(store)
+    assert store.get("job").last_owner is None  # type: ignore[union-attr]
+    (c,) = claim(store, "p1")
+    assert store.complete(c, "error: E: x")
+    assert store.set_paused("job", True) and store.set_paused("job", False)
+    record = store.get("job")
+    assert record is not None and record.last_owner == "p1"
+    assert record.last_result == "error: E: x"
+    assert store.set_next_fire("job", store.now() - dt.timedelta(seconds=0.5))
+    (c,) = claim(store, "crashed", lease=0.05)
+    assert store.get("job").last_owner == "p1"  # type: ignore[union-attr]
+    wait_until(lambda: store.now() > c.lease_until, 5)
+    claim(store, "p2")
+    record = store.get("job")
+    assert record is not None and record.last_result == "lost"
+    assert record.last_owner == "crashed"
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "mongodb", "postgresql"])
+def test_a_record_written_before_the_last_owner_was_kept_reads_none(
+        kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """A finished run stored without ``last_owner`` (an older version's record) reads as
+    None, and the next completion records it."""
+    url = empty_store_url(kind, request, tmp_path)
+    store = open_store(url)
+    try:
+        declare_due(store)
+        (c,) = claim(store, "p1")
+        assert store.complete(c, "ok")
+        _forget_last_owner(kind, url)
+        record = store.get("job")
+        assert record is not None and record.last_owner is None
+        assert record.last_result == "ok" and record.counters["runs"] == 1
+        assert store.set_next_fire("job", store.now() - dt.timedelta(seconds=0.5))
+        (c,) = claim(store, "p2")
+        assert store.complete(c, "ok")
+        assert store.get("job").last_owner == "p2"  # type: ignore[union-attr]
+    finally:
+        store.close()
+
+
+def _forget_last_owner(kind: str, url: str) -> None:
+    """Remove ``last_owner`` from every stored record, as an older version wrote them."""
+    if kind == "sqlite":
+        with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn, conn:
+            conn.execute("UPDATE executors_schedules SET state = json_remove(state, "
+                         "'$.last_owner'), changed = changed + 1000")
+    elif kind == "mongodb":
+        import pymongo
+
+        with pymongo.MongoClient(url) as client:
+            client.get_default_database()["executors_schedules"].update_many(
+                {}, {"$unset": {"last_owner": ""}})
+    else:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("UPDATE executors_schedules SET state = state - 'last_owner'")
