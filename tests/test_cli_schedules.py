@@ -5,6 +5,7 @@ there exits 1, one line each, passwords hidden)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import os
 import sqlite3
@@ -319,3 +320,22 @@ def test_the_last_run_names_the_process_that_ran_it(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc
     (last,) = [line for line in proc.stdout.splitlines() if "last run" in line]
     assert last.endswith(": ok on web-1:4242:abcd"), last
+
+
+def test_a_fire_time_due_within_the_claim_bound_is_due_now_and_later_overdue() -> None:
+    """A fire time passed by no more than the service's unwatched bound (5 s: the time a
+    serving process takes to claim it) reads "due now"; past it, OVERDUE by how long; a run
+    in progress is neither."""
+    from executors._cli.schedules import _next_fire
+    from executors._service.store import new_record
+
+    record = new_record(ScheduleDefinition("n", NIGHTLY.to_data(), "app:f"),
+                        dt.datetime(2026, 1, 5, 1, 30, tzinfo=dt.UTC))
+    assert record.next_fire is not None
+    at = record.next_fire
+    assert _next_fire(record, at - dt.timedelta(seconds=1)).endswith("UTC)")
+    assert _next_fire(record, at + dt.timedelta(seconds=5)).endswith("(due now)")
+    assert _next_fire(record, at + dt.timedelta(seconds=6)).endswith(
+        "OVERDUE by 6 s (no process has claimed it)")
+    running = dataclasses.replace(record, running_fire=at)
+    assert _next_fire(running, at + dt.timedelta(hours=1)).endswith("UTC)")

@@ -17,7 +17,7 @@ from executors._service.store import (
     open_store,
     sqlite_path,
 )
-from executors._service.stored import resume_record
+from executors._service.stored import UNWATCHED_AFTER, resume_record
 from executors._urls import redact
 
 from ._words import plural
@@ -134,11 +134,14 @@ def _next_fire(record: ScheduleRecord, now: dt.datetime) -> str:
         return (f"none while paused (stored {_local(record.next_fire, record)}; "
                 "resuming skips the fire times passed by then)")
     shown = _local(record.next_fire, record)
-    if record.next_fire is not None and record.running_fire is None \
-            and record.next_fire < now:
-        late = (now - record.next_fire).total_seconds()
-        return f"{shown}  OVERDUE by {_span(late)} (no process has claimed it)"
-    return shown
+    if record.next_fire is None or record.running_fire is not None or record.next_fire > now:
+        return shown
+    late = (now - record.next_fire).total_seconds()
+    # Within the time a serving process takes to claim (the service's own bound: past it,
+    # a fire time "passed unwatched"), due is not yet late.
+    if late <= UNWATCHED_AFTER:
+        return f"{shown}  (due now)"
+    return f"{shown}  OVERDUE by {_span(late)} (no process has claimed it)"
 
 
 def _describe(record: ScheduleRecord, now: dt.datetime) -> list[str]:
