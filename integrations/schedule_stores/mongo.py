@@ -101,17 +101,20 @@ class MongoScheduleStore:
         self._window = 1  # see _WIDEST
         self._unreadable = Unreadable()
         ms = int(connect_timeout * 1000)
+        failure: Exception | None = None
         try:
             self._client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
                 url, serverSelectionTimeoutMS=ms, connectTimeoutMS=ms)
         except (InvalidURI, ValueError, TypeError) as exc:
             # pymongo could not read the URL (InvalidURI, or an option's value it refuses):
-            # its message may quote a part of it, and is not chained (``from None``).
-            raise ValueError(f"schedule store {self.display_url}: "
-                             f"{scrub(str(exc), url)}") from None
+            # its message may quote a part of it.
+            failure = ValueError(f"schedule store {self.display_url}: {scrub(str(exc), url)}")
         except PyMongoError as exc:  # ConfigurationError: an SRV record not found, ...
-            raise ConnectionError(f"cannot reach the schedule store {self.display_url}: "
-                                  f"{scrub(str(exc), url)}") from None
+            failure = self._unreachable(exc, url)
+        if failure is not None:
+            # Raised out of the handler: the driver's error, which holds its message as it
+            # was, is neither the cause nor the context of this one.
+            raise failure
         try:
             db = self._client.get_default_database("executors")
             self._records = db[_COLLECTION]
@@ -121,9 +124,9 @@ class MongoScheduleStore:
             stored = meta.find_one({"_id": "format"})
         except PyMongoError as exc:
             self._client.close()
-            reason = scrub(" ".join(str(exc).split()), url)
-            raise ConnectionError(f"cannot reach the schedule store {self.display_url}: "
-                                  f"{reason}") from None
+            failure = self._unreachable(exc, url)
+        if failure is not None:
+            raise failure
         version = int((stored or {}).get("value", FORMAT_VERSION))
         if version > FORMAT_VERSION:
             self._client.close()
@@ -135,6 +138,10 @@ class MongoScheduleStore:
         # with no run in progress has a null lease, which a numeric range never matches).
         self._records.create_index([("next_fire", pymongo.ASCENDING)])
         self._records.create_index([("lease_until", pymongo.ASCENDING)])
+
+    def _unreachable(self, exc: PyMongoError, url: str) -> ConnectionError:
+        reason = scrub(" ".join(str(exc).split()), url)
+        return ConnectionError(f"cannot reach the schedule store {self.display_url}: {reason}")
 
     def __repr__(self) -> str:
         return f"<MongoScheduleStore {self.display_url!r}>"

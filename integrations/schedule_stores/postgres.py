@@ -192,6 +192,15 @@ def _encode_claimed(record: ScheduleRecord) -> tuple[object, ...]:
             f["running_fire"], f["attempt"], _state(f), f["claim_token"])
 
 
+def _opening_error(exc: psycopg.Error, url: str, shown: str) -> Exception:
+    """The documented error of a failed opening: libpq's message (which spans lines, and may
+    quote a part of the URL: a password cut by its parser too) scrubbed of the URL's secrets."""
+    reason = scrub(" ".join(str(exc).split()), url)
+    if isinstance(exc, psycopg.ProgrammingError):  # libpq could not read the URL
+        return ValueError(f"schedule store {shown}: {reason}")
+    return ConnectionError(f"cannot reach the schedule store {shown}: {reason}")
+
+
 @final
 class PostgresScheduleStore:
     """Schedules in a PostgreSQL table.
@@ -215,6 +224,7 @@ class PostgresScheduleStore:
         self._connections: list[psycopg.Connection[Any]] = []
         self._listeners: list[_Listener] = []
         self._unreadable = Unreadable()
+        failure: Exception | None = None
         try:
             with self._tx() as cur:
                 cur.execute(_SCHEMA_DONE)
@@ -229,15 +239,12 @@ class PostgresScheduleStore:
                 cur.execute(_CHANNEL)
                 oid = cur.fetchone()
         except psycopg.Error as exc:
+            failure = _opening_error(exc, url, self.display_url)
+        if failure is not None:
+            # Raised out of the handler: the driver's error, which holds its message as it
+            # was, is neither the cause nor the context of this one.
             self.close()
-            # libpq's message spans lines, and may quote a part of the URL (a password cut
-            # by its parser included): scrubbed. ``from None``: the driver's error, which
-            # holds the message as it was, is not chained.
-            reason = scrub(" ".join(str(exc).split()), url)
-            if isinstance(exc, psycopg.ProgrammingError):  # libpq could not read the URL
-                raise ValueError(f"schedule store {self.display_url}: {reason}") from None
-            raise ConnectionError(f"cannot reach the schedule store {self.display_url}: "
-                                  f"{reason}") from None
+            raise failure
         assert oid is not None
         #: The channel `watch` listens on and the store's changes notify.
         self.channel = f"executors_schedules_{oid[0]}"

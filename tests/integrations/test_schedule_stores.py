@@ -598,7 +598,7 @@ def _shows_no_secret(exc: BaseException, *secrets: str) -> str:
     for secret in secrets:
         assert secret not in printed, printed
     # Not chained to the driver's error (which holds its message as it was).
-    assert exc.__cause__ is None and exc.__suppress_context__
+    assert exc.__cause__ is None and exc.__context__ is None
     return printed
 
 
