@@ -339,3 +339,19 @@ def test_a_fire_time_due_within_the_claim_bound_is_due_now_and_later_overdue() -
         "OVERDUE by 6 s (no process has claimed it)")
     running = dataclasses.replace(record, running_fire=at)
     assert _next_fire(running, at + dt.timedelta(hours=1)).endswith("UTC)")
+
+
+@pytest.mark.parametrize("action", [[], ["pause", "nightly"]])
+def test_a_store_failing_under_the_command_is_one_line_not_a_traceback(
+        tmp_path: Path, action: list[str]) -> None:
+    """A store that opens but fails under the listing or an action (here a schedules table
+    missing a column) is one line naming the store and the error, exit 1, no traceback."""
+    url, store = _store_with_nightly(tmp_path)
+    store.close()
+    with contextlib.closing(sqlite3.connect(tmp_path / "jobs.db")) as conn, conn:
+        conn.execute("ALTER TABLE executors_schedules DROP COLUMN state")
+    proc = _command(url, *action)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("executors schedules: ") and "failed: OperationalError: " in line
+    assert "no such column: state" in line

@@ -18,7 +18,7 @@ from executors._service.store import (
     sqlite_path,
 )
 from executors._service.stored import UNWATCHED_AFTER, resume_record
-from executors._urls import redact
+from executors._urls import redact, scrub
 
 from ._words import plural
 
@@ -194,6 +194,17 @@ def _act(store: ScheduleStore, action: str, name: str) -> bool:
     return store.remove(name)
 
 
+def _store_errors() -> tuple[type[Exception], ...]:
+    """The errors a store raises when it fails under a call: the OS's, SQLite's, and the
+    driver's of a server store (whichever is loaded: a store's module loads its driver)."""
+    errors: list[type[Exception]] = [OSError, sqlite3.Error]
+    if "psycopg" in sys.modules:
+        errors.append(sys.modules["psycopg"].Error)
+    if "pymongo.errors" in sys.modules:
+        errors.append(sys.modules["pymongo.errors"].PyMongoError)
+    return tuple(errors)
+
+
 def _open(url: str, action: str) -> ScheduleStore:
     """The store of `url`. A SQLite file is opened as it is: read-only to list (nothing
     written, not even the schema), and refused by an action when it is not a store."""
@@ -232,18 +243,22 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.action == "list":
             return _list(store)
-        try:
-            acted = _act(store, args.action, args.name)
-        except StoreFormatError as exc:  # an unreadable record: only `remove` reaches it
-            print(_safe(f"executors schedules: cannot {args.action} {args.name!r} in "
-                        f"{shown}: {exc}; remove it, or declare it again in code"),
-                  file=sys.stderr)
-            return 1
-        if not acted:
-            print(f"executors schedules: no schedule named {args.name!r} in {shown}",
-                  file=sys.stderr)
-            return 1
-        print(_safe(f"{args.action}: {args.name}"))
-        return 0
+        acted = _act(store, args.action, args.name)
+    except StoreFormatError as exc:  # an unreadable record: only `remove` reaches it
+        print(_safe(f"executors schedules: cannot {args.action} {args.name!r} in "
+                    f"{shown}: {exc}; remove it, or declare it again in code"),
+              file=sys.stderr)
+        return 1
+    except _store_errors() as exc:  # the store failed under the command: one line
+        reason = scrub(" ".join(str(exc).split()), args.store)
+        print(_safe(f"executors schedules: {args.action} in {shown} failed: "
+                    f"{type(exc).__name__}: {reason}"), file=sys.stderr)
+        return 1
     finally:
         store.close()
+    if not acted:
+        print(f"executors schedules: no schedule named {args.name!r} in {shown}",
+              file=sys.stderr)
+        return 1
+    print(_safe(f"{args.action}: {args.name}"))
+    return 0
