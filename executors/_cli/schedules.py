@@ -206,10 +206,12 @@ def _store_errors() -> tuple[type[Exception], ...]:
 
 
 def _open(url: str, action: str) -> ScheduleStore:
-    """The store of `url`. A SQLite file is opened as it is: read-only to list (nothing
-    written, not even the schema), and refused by an action when it is not a store."""
+    """The store of `url`, which must exist (a database that holds none is refused, nothing
+    written). A SQLite file is opened read-only to list: nothing written, not even the
+    schema's upgrade."""
     if not url.lower().startswith("sqlite:"):
-        return open_store(url)
+        # An existing store only: nothing is created in a database that holds none.
+        return open_store(url, create=False)
     path = sqlite_path(url)
     if not os.path.exists(path):
         # Opening would create an empty store: a typo must not look like "no schedules".

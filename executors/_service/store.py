@@ -442,9 +442,11 @@ _BACKENDS = {
 }
 
 
-def open_store(url: str) -> ScheduleStore:
+def open_store(url: str, *, create: bool = True) -> ScheduleStore:
     """The store a URL names: ``memory:``, ``sqlite:///path``, ``mongodb://...``,
-    ``postgresql://...``.
+    ``postgresql://...``. `create` False: the store must already exist, and opening writes
+    nothing (no file, table, index or format record); one that does not is refused
+    (`StoreFormatError`; a missing SQLite file: ConnectionError).
 
     Raises:
         TypeError: `url` is not a string.
@@ -474,8 +476,8 @@ def open_store(url: str) -> ScheduleStore:
     except ImportError as exc:
         raise ImportError(f"the {scheme}:// store needs a driver that is not installed "
                           f"({exc.name}): pip install 'executors[{extra}]'") from exc
-    factory: Callable[[str], ScheduleStore] = getattr(module, class_name)
-    return factory(sqlite_path(url) if scheme == "sqlite" else url)
+    factory: Callable[..., ScheduleStore] = getattr(module, class_name)
+    return factory(sqlite_path(url) if scheme == "sqlite" else url, create=create)
 
 
 # -- the memory store ---------------------------------------------------------------------------

@@ -89,14 +89,17 @@ class MongoScheduleStore:
     Args:
         url: a ``mongodb://`` URL; its path names the database (default ``executors``).
         connect_timeout: seconds to find the server at start.
+        create: False: the database must already hold a store, and opening writes nothing
+            (no format document, no index; a database without the store is refused).
 
     Raises:
         ValueError: pymongo cannot read the URL (naming it, secrets hidden).
         ConnectionError: the server cannot be reached (naming the URL, secrets hidden).
-        StoreFormatError: the collection was written by a newer format.
+        StoreFormatError: the collection was written by a newer format; or, with `create`
+            False, the database holds no store.
     """
 
-    def __init__(self, url: str, *, connect_timeout: float = 10.0) -> None:
+    def __init__(self, url: str, *, connect_timeout: float = 10.0, create: bool = True) -> None:
         self.display_url = redact(url)
         self._window = 1  # see _WIDEST
         self._unreadable = Unreadable()
@@ -119,12 +122,17 @@ class MongoScheduleStore:
             db = self._client.get_default_database("executors")
             self._records = db[_COLLECTION]
             meta = db[_META]
-            meta.update_one({"_id": "format"}, {"$setOnInsert": {"value": FORMAT_VERSION}},
-                            upsert=True)
+            if create:
+                meta.update_one({"_id": "format"},
+                                {"$setOnInsert": {"value": FORMAT_VERSION}}, upsert=True)
             stored = meta.find_one({"_id": "format"})
         except PyMongoError as exc:
             self._client.close()
             failure = self._unreachable(exc, url)
+        if failure is None and stored is None:  # every store's opening writes one
+            self._client.close()
+            failure = StoreFormatError(f"{self.display_url} holds no schedule store (no "
+                                       "format in executors_meta): refused, nothing written")
         if failure is not None:
             raise failure
         version = int((stored or {}).get("value", FORMAT_VERSION))
@@ -136,8 +144,9 @@ class MongoScheduleStore:
         # What a claim and next_due read, each a range of an index (not a scan of the
         # collection): records by next fire time, runs in progress by lease end (a record
         # with no run in progress has a null lease, which a numeric range never matches).
-        self._records.create_index([("next_fire", pymongo.ASCENDING)])
-        self._records.create_index([("lease_until", pymongo.ASCENDING)])
+        if create:
+            self._records.create_index([("next_fire", pymongo.ASCENDING)])
+            self._records.create_index([("lease_until", pymongo.ASCENDING)])
 
     def _unreachable(self, exc: PyMongoError, url: str) -> ConnectionError:
         reason = scrub(" ".join(str(exc).split()), url)

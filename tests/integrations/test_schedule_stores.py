@@ -710,3 +710,37 @@ def _forget_last_owner(kind: str, url: str) -> None:
     else:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("UPDATE executors_schedules SET state = state - 'last_owner'")
+
+
+@pytest.mark.parametrize("kind", ["mongodb", "postgresql"])
+def test_the_command_on_a_database_without_a_store_is_refused_and_writes_nothing(
+        kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """``executors schedules`` (run as a child process) on a server database that holds no
+    store refuses to list or act, one line, and creates nothing in it (no table, collection,
+    index or format record); once a store is there, it lists it."""
+    import subprocess
+    import sys
+
+    url = empty_store_url(kind, request, tmp_path)
+    for args in ([], ["pause", "nightly"]):
+        proc = subprocess.run([sys.executable, "-m", "executors", "schedules", url, *args],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert proc.returncode == 1 and "holds no schedule store" in proc.stderr, proc
+        assert len(proc.stderr.splitlines()) == 1
+    assert _store_objects(kind, url) == []
+    open_store(url).close()
+    proc = subprocess.run([sys.executable, "-m", "executors", "schedules", url],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0 and proc.stdout.startswith("no schedules in"), proc
+
+
+def _store_objects(kind: str, url: str) -> list[str]:
+    """The store's tables or collections in the database at `url`."""
+    if kind == "mongodb":
+        import pymongo
+
+        with pymongo.MongoClient(url) as client:
+            return sorted(client.get_default_database().list_collection_names())
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute("SELECT relname FROM pg_class WHERE relname LIKE 'executors%'")
+        return sorted(row[0] for row in rows)
