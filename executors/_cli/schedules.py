@@ -31,9 +31,9 @@ DESCRIPTION = (
     "list every schedule: its trigger as written, the next fire time in its zone and in UTC "
     "(none while paused; OVERDUE when it passed unclaimed), the last run, its result and the "
     "process that ran it, and who holds a run in progress (the owner and what is left of its "
-    "lease). Stored text is shown escaped, never obeyed by the terminal. Listing a SQLite "
-    "file never writes to it; an action on a file that is not a store is refused. Changes "
-    "reach every process serving the store."
+    "lease). Stored text is shown escaped, never obeyed by the terminal. STORE must hold a "
+    "store: a database that holds none is refused, nothing written; listing a SQLite file "
+    "never writes to it. Changes reach every process serving the store."
 )
 EPILOG = """\
 STORE:

@@ -444,9 +444,9 @@ _BACKENDS = {
 
 def open_store(url: str, *, create: bool = True) -> ScheduleStore:
     """The store a URL names: ``memory:``, ``sqlite:///path``, ``mongodb://...``,
-    ``postgresql://...``. `create` False: the store must already exist, and opening writes
-    nothing (no file, table, index or format record); one that does not is refused
-    (`StoreFormatError`; a missing SQLite file: ConnectionError).
+    ``postgresql://...``. `create` False: the store must already exist; where there is
+    none, nothing is created (no file, table, collection, index or format record) and it is
+    refused (`StoreFormatError`; a missing SQLite file: ConnectionError).
 
     Raises:
         TypeError: `url` is not a string.
