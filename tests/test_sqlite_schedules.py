@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
+import re
 import sqlite3
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,7 +18,14 @@ import pytest
 
 from executors._clock import SKEW_ENV
 from executors._service.sqlite_schedules import SQLiteScheduleStore
-from executors._service.store import Plan, ScheduleDefinition, ScheduleRecord
+from executors._service.store import (
+    Plan,
+    ScheduleDefinition,
+    ScheduleRecord,
+    StoreFormatError,
+    open_store,
+    sqlite_path,
+)
 
 PERIOD = dt.timedelta(seconds=60)
 
@@ -106,18 +115,25 @@ def test_complete_many_writes_each_fenced_completion_in_one_batch(
     assert bad.owner is None and bad.running_fire is None and bad.lease_until is None
 
 
+def _older_file(path: str, name: str, *statements: str) -> None:
+    """A store file at `path` holding `name`, then made as an older version made it: the
+    change stamps' index dropped, then each of `statements`."""
+    made = SQLiteScheduleStore(path)
+    declare(made, name, due=False)
+    made.close()
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("DROP INDEX executors_schedules_changed")
+        for statement in statements:
+            conn.execute(statement)
+
+
 def test_a_file_made_before_the_change_stamps_gains_them_and_a_hand_edit_shows_when_whole(
         tmp_path: Path) -> None:
     """Opening a file whose table lacks the ``changed`` column adds it, keeping its records;
     a row edited by hand (no stamp) is not in a later look, but is in a whole one."""
     path = str(tmp_path / "old.db")
-    old = SQLiteScheduleStore(path)
-    declare(old, "kept", due=False)
-    old.close()
-    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
-        conn.execute("DROP INDEX executors_schedules_changed")
-        conn.execute("ALTER TABLE executors_schedules DROP COLUMN changed")
-        conn.execute("DELETE FROM executors_meta WHERE key = 'removed'")
+    _older_file(path, "kept", "ALTER TABLE executors_schedules DROP COLUMN changed",
+                "DELETE FROM executors_meta WHERE key = 'removed'")
     store = SQLiteScheduleStore(path)
     try:
         first = store.changed_since(None)
@@ -148,3 +164,169 @@ def test_the_store_clock_is_the_process_s_own_and_the_skew_hook_reaches_it(
     after = store.now().timestamp()
     skewed = float(done.stdout)
     assert before + 90 <= skewed <= after + 90
+
+def _schema(path: Path) -> list[tuple[str, str]]:
+    """What the file holds: every table, index and view, by type and name."""
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return sorted(conn.execute("SELECT type, name FROM sqlite_master"))
+
+
+@pytest.mark.parametrize(("stored", "message"), [
+    ("99", "written by store format 99; this version of executors reads format"),
+    ("1.5", "records store format '1.5', not a number"),
+    ("new", "records store format 'new', not a number"),
+])
+def test_a_newer_or_unreadable_format_is_refused_before_anything_is_added(
+        tmp_path: Path, stored: str, message: str) -> None:
+    """The format is read first, read-only: a file of a newer format (or one whose format is
+    not a number: a StoreFormatError, not int()'s ValueError) is refused with no table,
+    column or index added to it."""
+    path = tmp_path / "new.db"
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("CREATE TABLE executors_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        conn.execute("INSERT INTO executors_meta VALUES ('format', ?)", (stored,))
+    before = _schema(path)
+    with pytest.raises(StoreFormatError, match=re.escape(message)):
+        SQLiteScheduleStore(str(path))
+    assert _schema(path) == before
+
+
+def test_a_database_that_is_not_a_store_is_refused_unaltered_when_a_store_is_required(
+        tmp_path: Path) -> None:
+    """Opened as an existing store (``create=False``) or read-only, a SQLite database of
+    something else is refused, and nothing is added to it; a file that is not SQLite at all
+    is a StoreFormatError naming it."""
+    path = tmp_path / "other.db"
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("CREATE TABLE users (name TEXT)")
+    before = _schema(path)
+    for options in ({"create": False}, {"read_only": True}):
+        with pytest.raises(StoreFormatError, match="not a schedule store"):
+            SQLiteScheduleStore(str(path), **options)  # type: ignore[arg-type]
+    assert _schema(path) == before
+    text = tmp_path / "notes.txt"
+    text.write_text("not a database, " * 100)
+    with pytest.raises(StoreFormatError, match="is not a SQLite database"):
+        SQLiteScheduleStore(str(text))
+
+
+def test_a_read_only_store_reads_and_never_writes(tmp_path: Path) -> None:
+    """A store opened read-only lists the records, adds nothing (a file made before the
+    later columns is read as it is), and refuses a write."""
+    path = tmp_path / "jobs.db"
+    _older_file(str(path), "a", "ALTER TABLE executors_schedules DROP COLUMN claim_token",
+                "ALTER TABLE executors_schedules DROP COLUMN changed")
+    before, content = _schema(path), path.read_bytes()
+    reader = SQLiteScheduleStore(str(path), read_only=True)
+    try:
+        assert [r.name for r in reader.records()] == ["a"] and reader.corrupt() == []
+        assert reader.get("a") is not None and reader.now() is not None
+        with pytest.raises(sqlite3.OperationalError, match=r"readonly|view"):
+            reader.set_paused("a", True)
+    finally:
+        reader.close()
+    assert _schema(path) == before and path.read_bytes() == content
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o000, 0o277])
+def test_a_new_store_file_and_its_companions_are_owner_only_whatever_the_umask(
+        tmp_path: Path, umask: int) -> None:
+    """A new store file is created 0600 (not 0644 under the usual umask), and so are the
+    -wal and -shm files SQLite makes beside it."""
+    path = tmp_path / "jobs.db"
+    old = os.umask(umask)
+    try:
+        store = SQLiteScheduleStore(str(path))
+    finally:
+        os.umask(old)
+    try:
+        declare(store, "a", due=False)
+        for name in ("jobs.db", "jobs.db-wal", "jobs.db-shm"):
+            assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600, name
+    finally:
+        store.close()
+
+
+def test_an_existing_files_permissions_are_left_alone(tmp_path: Path) -> None:
+    """A file that exists keeps the permissions its owner gave it."""
+    path = tmp_path / "jobs.db"
+    path.touch(mode=0o640)
+    path.chmod(0o640)
+    SQLiteScheduleStore(str(path)).close()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+
+
+@pytest.mark.parametrize(("where", "reason"), [
+    ("folder", "it is a folder, not a file"),
+    ("missing/jobs.db", "does not exist"),
+])
+def test_a_place_with_no_file_is_a_connection_error_naming_the_path(
+        tmp_path: Path, where: str, reason: str) -> None:
+    """A folder or a missing folder is the documented ConnectionError naming the path, from
+    the store and from the service, not sqlite3's bare "unable to open database file"."""
+    from executors import BackgroundService
+
+    (tmp_path / "folder").mkdir()
+    path = tmp_path / where
+    for opening in (lambda: SQLiteScheduleStore(str(path)),
+                    lambda: BackgroundService("s", store=f"sqlite:///{path}")):
+        with pytest.raises(ConnectionError) as info:
+            opening()
+        assert repr(str(path)) in str(info.value) and reason in str(info.value)
+    assert not (tmp_path / "missing").exists()
+
+
+def test_a_read_only_location_is_a_connection_error_naming_the_path(tmp_path: Path) -> None:
+    """A store in a folder where its process cannot create a file is the documented
+    ConnectionError naming the path and saying why. (Root writes a folder whatever its
+    mode: for root, sysfs's top folder, where not even root creates a file.)"""
+    if os.geteuid() == 0:
+        folder = Path("/sys")
+    else:
+        folder = tmp_path / "ro"
+        folder.mkdir()
+        folder.chmod(0o555)
+    path = folder / "executors-test-jobs.db"
+    try:
+        with pytest.raises(ConnectionError) as info:
+            SQLiteScheduleStore(str(path))
+    finally:
+        if folder != Path("/sys"):
+            folder.chmod(0o755)
+    message = str(info.value)
+    assert message.startswith("cannot open the schedule store") and repr(str(path)) in message
+    assert "read-only location" in message
+    assert not path.exists()
+
+
+@pytest.mark.parametrize(("url", "named"), [
+    ("sqlite:/jobs.db", "has fewer than three slashes"),
+    ("sqlite:jobs.db", "has fewer than three slashes"),
+    ("sqlite://host/jobs.db", "has a host"),
+    ("sqlite://", "names no file"),
+    ("sqlite:///jobs.db?mode=ro", "has a query ('?mode=ro')"),
+    ("sqlite:///jobs.db#main", "has a fragment ('#main')"),
+])
+def test_a_sqlite_url_of_another_form_is_refused_naming_the_two_forms(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str, named: str) -> None:
+    """Only ``sqlite:///relative`` and ``sqlite:////absolute`` are read: ``sqlite:/jobs.db``
+    does not create the root's /jobs.db, nor ``?mode=ro`` a file of that name; each is a
+    ValueError saying what is wrong and the two accepted forms, and no file is made."""
+    monkeypatch.chdir(tmp_path)
+    at_root = os.path.exists("/jobs.db")
+    with pytest.raises(ValueError) as info:
+        open_store(url)
+    assert named in str(info.value) and repr(url) in str(info.value)
+    assert "sqlite:///jobs.db (a file relative" in str(info.value)
+    assert "sqlite:////srv/jobs.db (an absolute path)" in str(info.value)
+    assert list(tmp_path.iterdir()) == [] and os.path.exists("/jobs.db") == at_root
+
+
+def test_the_two_sqlite_forms_name_a_relative_and_an_absolute_file() -> None:
+    """Three slashes: relative to the working folder; four: absolute; the scheme in any
+    case."""
+    assert sqlite_path("sqlite:///jobs.db") == "jobs.db"
+    assert sqlite_path("sqlite:///data/jobs.db") == "data/jobs.db"
+    assert sqlite_path("sqlite:////srv/jobs.db") == "/srv/jobs.db"
+    assert sqlite_path("SQLite:///jobs.db") == "jobs.db"
+

@@ -34,6 +34,7 @@ from typing import Any, final
 from executors._clock import wall_skew
 
 from .owner_files import OwnerFiles
+from .sqlite_files import check_format, connect_read_only, open_file, unopenable
 from .store import (
     FORMAT_VERSION,
     LIVENESS_EVERY,
@@ -114,7 +115,8 @@ _COMPLETE = ("UPDATE executors_schedules SET version = version + 1, owner = NULL
              # SQLite writes a REAL into JSON with 15 digits: an instant needs 16 (to the µs).
              "'$.last_fire', CASE WHEN running_fire IS NULL THEN NULL "
              "ELSE json(printf('%.6f', running_fire)) END, "
-             "'$.last_result', ?) WHERE name = ? AND claim_token = ? "
+             # The owner before this statement's own SET (SQL reads the row as it was).
+             "'$.last_result', ?, '$.last_owner', owner) WHERE name = ? AND claim_token = ? "
              "AND running_fire IS NOT NULL")
 # The latest change stamp: the largest on a row (an index read) or the latest removal's.
 _LATEST = ("MAX((SELECT COALESCE(MAX(changed), 0) FROM executors_schedules), "
@@ -143,9 +145,12 @@ class Changes:
 
 
 def _state_json(record: ScheduleRecord) -> str:
+    # The last run's owner is kept with the last run, in the state: no column to add, and a
+    # record written before it was kept reads None.
     return json.dumps({"counters": dict(record.counters), "last_result": record.last_result,
                        "last_fire": None if record.last_fire is None
-                       else record.last_fire.timestamp()}, sort_keys=True)
+                       else record.last_fire.timestamp(), "last_owner": record.last_owner},
+                      sort_keys=True)
 
 
 def _record_params(record: ScheduleRecord) -> tuple[object, ...]:
@@ -178,15 +183,25 @@ class SQLiteScheduleStore:
     """Schedules in a SQLite file shared by the processes of one machine.
 
     Args:
-        path: the database file (created if missing, with its folder's permission).
+        path: the database file (created if missing, readable and writable by its owner
+            only).
         busy_timeout: seconds a statement waits for another process's write lock.
+        create: False: the file must already be a store (refused otherwise, nothing written).
+        read_only: open the file read-only: nothing is ever written to it (no table, column
+            or index added; a write raises `sqlite3.OperationalError`). Implies not `create`.
+
+    The file is looked at read-only before anything is written (`sqlite_files.open_file`).
 
     Raises:
-        StoreFormatError: the file was written by a newer format of this library.
-        sqlite3.Error: the file cannot be opened (the message names the path).
+        ConnectionError: no file can be opened at `path` (a folder, a missing folder, a
+            read-only location), naming it.
+        StoreFormatError: the file was written by a newer format of this library or records
+            a format that is not a number, is not a SQLite database, or (with `create` False)
+            is not a store.
     """
 
-    def __init__(self, path: str, *, busy_timeout: float = 30.0) -> None:
+    def __init__(self, path: str, *, busy_timeout: float = 30.0, create: bool = True,
+                 read_only: bool = False) -> None:
         self._path = path
         self.display_url = f"sqlite:///{path}"  # four slashes for an absolute path
         self._busy_timeout = busy_timeout
@@ -202,6 +217,20 @@ class SQLiteScheduleStore:
         self._unreadable = Unreadable()
         self._owners = OwnerFiles(path)
         self._owners_seen = -math.inf  # when `_end_gone_leases` looked last (monotonic)
+        # Read-only, before any DDL: a newer format is refused before it is altered.
+        found = open_file(path, self.display_url, create=create and not read_only,
+                          timeout=busy_timeout)
+        #: None: connections write; else the columns a read-only connection finds.
+        self._read_only = found.columns if read_only else None
+        if not read_only:
+            try:
+                self._make_schema()
+            except sqlite3.OperationalError as exc:  # a read-only file or folder
+                self.close()
+                raise unopenable(self.display_url, path, str(exc)) from None
+
+    def _make_schema(self) -> None:
+        """Create the tables, or bring a file of an older format up to date."""
         conn = self._conn()
         # executescript commits first: the schema is made outside the format check's
         # transaction (every statement is IF NOT EXISTS, so racing processes agree).
@@ -224,11 +253,13 @@ class SQLiteScheduleStore:
             if "claim_token" not in columns:
                 conn.execute("ALTER TABLE executors_schedules ADD COLUMN claim_token TEXT")
         conn.executescript(_CHANGED_INDEX)
-        if row is not None and int(row[0]) > FORMAT_VERSION:
+        try:
+            # Read before any DDL already; read again for a newer process that made the
+            # file between that look and this one.
+            check_format(None if row is None else row[0], self.display_url)
+        except StoreFormatError:
             self.close()  # nothing is left open behind the error
-            raise StoreFormatError(
-                f"{self.display_url} was written by store format {row[0]}; this version "
-                f"of executors reads format {FORMAT_VERSION} and older: upgrade executors")
+            raise
 
     def __repr__(self) -> str:
         return f"<SQLiteScheduleStore {self.display_url!r}>"
@@ -239,10 +270,13 @@ class SQLiteScheduleStore:
         fork). ``check_same_thread=False`` only lets `close` close them all from one thread."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None or getattr(self._local, "pid", None) != os.getpid():
-            conn = sqlite3.connect(self._path, timeout=self._busy_timeout,
-                                   isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            if self._read_only is not None:
+                conn = connect_read_only(self._path, self._busy_timeout, self._read_only)
+            else:
+                conn = sqlite3.connect(self._path, timeout=self._busy_timeout,
+                                       isolation_level=None, check_same_thread=False)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = conn
             self._local.pid = os.getpid()
             with self._lock:
@@ -324,7 +358,7 @@ class SQLiteScheduleStore:
         """Write `record`'s state (its definition is the stored one) over `was`, whose state
         column reads `state` (written again as it is when the counters and last run agree)."""
         if (record.counters != was.counters or record.last_fire != was.last_fire
-                or record.last_result != was.last_result):
+                or record.last_result != was.last_result or record.last_owner != was.last_owner):
             state = _state_json(record)
         cur = conn.execute(_UPDATE_STATE, _state_params(record, changed, was.version, state))
         return cur.rowcount == 1

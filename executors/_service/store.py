@@ -71,6 +71,8 @@ from typing import Literal, Protocol, TypeGuard
 from executors import _validate
 from executors._urls import redact
 
+from .sqlite_url import sqlite_path as sqlite_path
+
 __all__ = (
     "FORMAT_VERSION",
     "OnCrash",
@@ -263,6 +265,9 @@ class ScheduleRecord:
     #: The token of the claim whose run is in progress (None when none is): what that
     #: claim's renewal and completion match.
     claim_token: str | None = None
+    #: Who ran the last finished run (its owner, ``host:pid:random``; for a ``"lost"`` one,
+    #: the owner that lost it), or None: no run yet, or a record written before this was kept.
+    last_owner: str | None = None
 
     @property
     def name(self) -> str:
@@ -398,6 +403,7 @@ def record_fields(record: ScheduleRecord) -> dict[str, object]:
         "running_fire": _opt_epoch(record.running_fire), "attempt": record.attempt,
         "counters": dict(record.counters), "last_fire": _opt_epoch(record.last_fire),
         "last_result": record.last_result, "claim_token": record.claim_token,
+        "last_owner": record.last_owner,
     }
 
 
@@ -427,8 +433,8 @@ def record_from_fields(fields: Mapping[str, object]) -> ScheduleRecord:
             _opt_instant(fields["lease_until"]), _opt_instant(fields["running_fire"]),
             _int(fields["attempt"]), {str(k): _int(v) for k, v in counters.items()},
             _opt_instant(fields["last_fire"]), _opt_str(fields["last_result"]),
-            # Absent from records written before claims had tokens.
-            _opt_str(fields.get("claim_token")))
+            # Absent from records written before claims had tokens, or kept the last owner.
+            _opt_str(fields.get("claim_token")), _opt_str(fields.get("last_owner")))
     except KeyError as exc:
         raise StoreFormatError(f"schedule {name!r}: field {exc} is missing") from None
     except (TypeError, ValueError, OverflowError) as exc:
@@ -472,30 +478,22 @@ _BACKENDS = {
 }
 
 
-def sqlite_path(url: str) -> str:
-    """The file of a ``sqlite:`` URL: ``sqlite:///jobs.db`` is relative to the working
-    folder, ``sqlite:////srv/jobs.db`` absolute (SQLAlchemy's rule).
-
-    Raises:
-        ValueError: the URL names no file.
-    """
-    rest = url[len("sqlite:"):]
-    path = rest[3:] if rest.startswith("///") else rest[2:] if rest.startswith("//") else rest
-    if not path:
-        raise ValueError(f"store {url!r} names no file: write sqlite:///jobs.db (relative) "
-                         "or sqlite:////srv/jobs.db (absolute)")
-    return path
-
-
-def open_store(url: str) -> ScheduleStore:
+def open_store(url: str, *, create: bool = True) -> ScheduleStore:
     """The store a URL names: ``memory:``, ``sqlite:///path``, ``mongodb://...``,
-    ``postgresql://...``.
+    ``postgresql://...``. `create` False: the store must already exist; where there is
+    none, nothing is created (no file, table, collection, index or format record) and it is
+    refused (`StoreFormatError`; a missing SQLite file: ConnectionError).
 
     Raises:
         TypeError: `url` is not a string.
-        ValueError: an unknown scheme (naming it and the known ones).
+        ValueError: an unknown scheme (naming it and the known ones), or a URL its driver
+            cannot read (naming it, secrets hidden).
         ImportError: the scheme's driver is not installed (naming the extra to install).
-        ConnectionError: the store cannot be reached (naming the URL, password hidden).
+        ConnectionError: the store cannot be reached (naming the URL, secrets hidden).
+
+    Every message names the URL with its password and secret query values (``password``,
+    ``sslpassword``, ``passfile``, ``token``, ``secret``) hidden, and is not chained to the
+    driver's error.
     """
     if not isinstance(url, str):
         raise TypeError(f"store must be a URL or a store object, got {type(url).__name__}")
@@ -514,8 +512,8 @@ def open_store(url: str) -> ScheduleStore:
     except ImportError as exc:
         raise ImportError(f"the {scheme}:// store needs a driver that is not installed "
                           f"({exc.name}): pip install 'executors[{extra}]'") from exc
-    factory: Callable[[str], ScheduleStore] = getattr(module, class_name)
-    return factory(sqlite_path(url) if scheme == "sqlite" else url)
+    factory: Callable[..., ScheduleStore] = getattr(module, class_name)
+    return factory(sqlite_path(url) if scheme == "sqlite" else url, create=create)
 
 
 # -- the memory store ---------------------------------------------------------------------------
@@ -578,7 +576,8 @@ def settle_claim(record: ScheduleRecord, owner: str, now: dt.datetime, lease: fl
         counters["lost"] += 1
         record = dataclasses.replace(record, running_fire=None, owner=None, lease_until=None,
                                      counters=counters, last_fire=record.running_fire,
-                                     last_result="lost", claim_token=None)
+                                     last_result="lost", claim_token=None,
+                                     last_owner=record.owner)
         counters = dict(counters)
         settled = True
     if record.paused or record.next_fire is None or record.next_fire > now:
@@ -597,7 +596,7 @@ def settle_claim(record: ScheduleRecord, owner: str, now: dt.datetime, lease: fl
         definition=record.definition, digest=record.digest, paused=record.paused,
         next_fire=plan.next_fire, version=version, owner=owner, lease_until=lease_until,
         running_fire=plan.run, attempt=1, counters=counters, last_fire=record.last_fire,
-        last_result=record.last_result, claim_token=token)
+        last_result=record.last_result, claim_token=token, last_owner=record.last_owner)
     return updated, Claim(record.name, plan.run, 1, version, lease_until, record.definition,
                           token)
 
@@ -612,7 +611,7 @@ def finish_record(record: ScheduleRecord, result: str) -> ScheduleRecord:
     return dataclasses.replace(record, version=record.version + 1, owner=None,
                                lease_until=None, running_fire=None, counters=counters,
                                last_fire=record.running_fire, last_result=result,
-                               claim_token=None)
+                               claim_token=None, last_owner=record.owner)
 
 
 def given_back(record: ScheduleRecord, claim: Claim, now: dt.datetime) -> ScheduleRecord:

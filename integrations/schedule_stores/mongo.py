@@ -22,7 +22,7 @@ from typing import Any, final
 
 import pymongo
 from pymongo import UpdateOne
-from pymongo.errors import PyMongoError
+from pymongo.errors import InvalidURI, PyMongoError
 
 from executors._service.store import (
     FORMAT_VERSION,
@@ -46,7 +46,7 @@ from executors._service.store import (
     to_epoch,
 )
 from executors._service.unreadable import Unreadable
-from executors._urls import redact
+from executors._urls import redact, scrub
 
 from .mongo_owners import OwnerBeats
 
@@ -65,7 +65,7 @@ _NOT_CLAIMED = ("_id", "definition", "digest", "paused")
 # The fields of a run in progress: a changed declaration keeps them as they are stored.
 _RUN = ("owner", "lease_until", "running_fire", "attempt", "claim_token")
 # What a run's end writes (`finish_record`).
-_FINISHED = ("version", *_RUN, "counters", "last_fire", "last_result")
+_FINISHED = ("version", *_RUN, "counters", "last_fire", "last_result", "last_owner")
 _GIVEN_BACK = ("version", *_RUN, "next_fire")
 _META = "executors_meta"
 
@@ -91,31 +91,52 @@ class MongoScheduleStore:
     Args:
         url: a ``mongodb://`` URL; its path names the database (default ``executors``).
         connect_timeout: seconds to find the server at start.
+        create: False: the database must already hold a store, and opening writes nothing
+            (no format document, no index; a database without the store is refused).
 
     Raises:
-        ConnectionError: the server cannot be reached (naming the URL, password hidden).
-        StoreFormatError: the collection was written by a newer format.
+        ValueError: pymongo cannot read the URL (naming it, secrets hidden).
+        ConnectionError: the server cannot be reached (naming the URL, secrets hidden).
+        StoreFormatError: the collection was written by a newer format; or, with `create`
+            False, the database holds no store.
     """
 
-    def __init__(self, url: str, *, connect_timeout: float = 10.0) -> None:
+    def __init__(self, url: str, *, connect_timeout: float = 10.0, create: bool = True) -> None:
         self.display_url = redact(url)
         self._window = 1  # see _WIDEST
         self._unreadable = Unreadable()
         ms = int(connect_timeout * 1000)
-        self._client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
-            url, serverSelectionTimeoutMS=ms, connectTimeoutMS=ms)
+        failure: Exception | None = None
+        try:
+            self._client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
+                url, serverSelectionTimeoutMS=ms, connectTimeoutMS=ms)
+        except (InvalidURI, ValueError, TypeError) as exc:
+            # pymongo could not read the URL (InvalidURI, or an option's value it refuses):
+            # its message may quote a part of it.
+            failure = ValueError(f"schedule store {self.display_url}: {scrub(str(exc), url)}")
+        except PyMongoError as exc:  # ConfigurationError: an SRV record not found, ...
+            failure = self._unreachable(exc, url)
+        if failure is not None:
+            # Raised out of the handler: the driver's error, which holds its message as it
+            # was, is neither the cause nor the context of this one.
+            raise failure
         try:
             db = self._client.get_default_database("executors")
             self._records = db[_COLLECTION]
             meta = db[_META]
-            meta.update_one({"_id": "format"}, {"$setOnInsert": {"value": FORMAT_VERSION}},
-                            upsert=True)
+            if create:
+                meta.update_one({"_id": "format"},
+                                {"$setOnInsert": {"value": FORMAT_VERSION}}, upsert=True)
             stored = meta.find_one({"_id": "format"})
         except PyMongoError as exc:
             self._client.close()
-            reason = " ".join(str(exc).split())
-            raise ConnectionError(f"cannot reach the schedule store {self.display_url}: "
-                                  f"{reason}") from None
+            failure = self._unreachable(exc, url)
+        if failure is None and stored is None:  # every store's opening writes one
+            self._client.close()
+            failure = StoreFormatError(f"{self.display_url} holds no schedule store (no "
+                                       "format in executors_meta): refused, nothing written")
+        if failure is not None:
+            raise failure
         version = int((stored or {}).get("value", FORMAT_VERSION))
         if version > FORMAT_VERSION:
             self._client.close()
@@ -125,9 +146,14 @@ class MongoScheduleStore:
         # What a claim and next_due read, each a range of an index (not a scan of the
         # collection): records by next fire time, runs in progress by lease end (a record
         # with no run in progress has a null lease, which a numeric range never matches).
-        self._records.create_index([("next_fire", pymongo.ASCENDING)])
-        self._records.create_index([("lease_until", pymongo.ASCENDING)])
+        if create:
+            self._records.create_index([("next_fire", pymongo.ASCENDING)])
+            self._records.create_index([("lease_until", pymongo.ASCENDING)])
         self._owners = OwnerBeats(db["executors_owners"], self._records, self.now)
+
+    def _unreachable(self, exc: PyMongoError, url: str) -> ConnectionError:
+        reason = scrub(" ".join(str(exc).split()), url)
+        return ConnectionError(f"cannot reach the schedule store {self.display_url}: {reason}")
 
     def __repr__(self) -> str:
         return f"<MongoScheduleStore {self.display_url!r}>"

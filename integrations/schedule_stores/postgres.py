@@ -56,7 +56,7 @@ from executors._service.store import (
     settle_claim,
 )
 from executors._service.unreadable import Unreadable
-from executors._urls import redact
+from executors._urls import redact, scrub
 
 from .postgres_owners import OwnerLocks
 
@@ -108,6 +108,9 @@ DROP INDEX IF EXISTS executors_schedules_due;
 _SCHEMA_DONE = ("SELECT to_regclass('executors_schedules_leases') IS NOT NULL AND EXISTS ("
                 "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('executors_schedules') "
                 "AND attname = 'claim_token' AND NOT attisdropped)")
+# Whether the database holds a store (its two tables).
+_IS_STORE = ("SELECT to_regclass('executors_schedules') IS NOT NULL "
+             "AND to_regclass('executors_meta') IS NOT NULL")
 # The notification channel of this table: its oid (stable while the table exists).
 _CHANNEL = "SELECT 'executors_schedules'::regclass::oid"
 # The server's clock, in epoch seconds rounded to the microsecond (as instants are here).
@@ -175,8 +178,10 @@ def _decode(row: tuple[Any, ...]) -> ScheduleRecord:
 
 
 def _state(f: dict[str, Any]) -> str:
+    # The last run's owner is kept with the last run, in the state: no column to add, and a
+    # record written before it was kept reads None.
     return json.dumps({"counters": f["counters"], "last_result": f["last_result"],
-                       "last_fire": f["last_fire"]})
+                       "last_fire": f["last_fire"], "last_owner": f["last_owner"]})
 
 
 def _encode(record: ScheduleRecord) -> tuple[object, ...]:
@@ -193,6 +198,15 @@ def _encode_claimed(record: ScheduleRecord) -> tuple[object, ...]:
             f["running_fire"], f["attempt"], _state(f), f["claim_token"])
 
 
+def _opening_error(exc: psycopg.Error, url: str, shown: str) -> Exception:
+    """The documented error of a failed opening: libpq's message (which spans lines, and may
+    quote a part of the URL: a password cut by its parser too) scrubbed of the URL's secrets."""
+    reason = scrub(" ".join(str(exc).split()), url)
+    if isinstance(exc, psycopg.ProgrammingError):  # libpq could not read the URL
+        return ValueError(f"schedule store {shown}: {reason}")
+    return ConnectionError(f"cannot reach the schedule store {shown}: {reason}")
+
+
 @final
 class PostgresScheduleStore:
     """Schedules in a PostgreSQL table.
@@ -200,13 +214,17 @@ class PostgresScheduleStore:
     Args:
         url: a ``postgresql://`` URL (libpq's connection string).
         connect_timeout: seconds to reach the server at start.
+        create: False: the database must already hold a store, and opening writes nothing
+            (no table, index or format row; a database without the store is refused).
 
     Raises:
-        ConnectionError: the server cannot be reached (naming the URL, password hidden).
-        StoreFormatError: the table was written by a newer format.
+        ValueError: libpq cannot read the URL (naming it, secrets hidden).
+        ConnectionError: the server cannot be reached (naming the URL, secrets hidden).
+        StoreFormatError: the table was written by a newer format; or, with `create` False,
+            the database holds no store.
     """
 
-    def __init__(self, url: str, *, connect_timeout: float = 10.0) -> None:
+    def __init__(self, url: str, *, connect_timeout: float = 10.0, create: bool = True) -> None:
         self._url = url
         self.display_url = redact(url)
         self._connect_timeout = max(1, round(connect_timeout))
@@ -216,24 +234,36 @@ class PostgresScheduleStore:
         self._listeners: list[_Listener] = []
         self._unreadable = Unreadable()
         self._owners = OwnerLocks()
+        failure: Exception | None = None
+        oid = row = None
         try:
             with self._tx() as cur:
-                cur.execute(_SCHEMA_DONE)
-                done = cur.fetchone()
-                if not (done and done[0]):
-                    cur.execute("SELECT pg_advisory_xact_lock(727274)")  # one schema maker
-                    cur.execute(_SCHEMA)
-                cur.execute("INSERT INTO executors_meta VALUES ('format', %s) "
-                            "ON CONFLICT (key) DO NOTHING", (str(FORMAT_VERSION),))
-                cur.execute("SELECT value FROM executors_meta WHERE key = 'format'")
-                row = cur.fetchone()
-                cur.execute(_CHANNEL)
-                oid = cur.fetchone()
-        except psycopg.OperationalError as exc:
+                if create:
+                    cur.execute(_SCHEMA_DONE)
+                    done = cur.fetchone()
+                    if not (done and done[0]):
+                        cur.execute("SELECT pg_advisory_xact_lock(727274)")  # one schema maker
+                        cur.execute(_SCHEMA)
+                    cur.execute("INSERT INTO executors_meta VALUES ('format', %s) "
+                                "ON CONFLICT (key) DO NOTHING", (str(FORMAT_VERSION),))
+                cur.execute(_IS_STORE)
+                found = cur.fetchone()
+                if found and found[0]:
+                    cur.execute("SELECT value FROM executors_meta WHERE key = 'format'")
+                    row = cur.fetchone()
+                    cur.execute(_CHANNEL)
+                    oid = cur.fetchone()
+        except psycopg.Error as exc:
+            failure = _opening_error(exc, url, self.display_url)
+        if failure is None and oid is None:
+            failure = StoreFormatError(f"{self.display_url} holds no schedule store (no "
+                                       "executors_schedules and executors_meta tables): "
+                                       "refused, nothing written")
+        if failure is not None:
+            # Raised out of the handler: the driver's error, which holds its message as it
+            # was, is neither the cause nor the context of this one.
             self.close()
-            reason = " ".join(str(exc).split())  # libpq's message spans lines
-            raise ConnectionError(f"cannot reach the schedule store {self.display_url}: "
-                                  f"{reason}") from None
+            raise failure
         assert oid is not None
         #: The channel `watch` listens on and the store's changes notify.
         self.channel = f"executors_schedules_{oid[0]}"

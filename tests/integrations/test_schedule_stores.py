@@ -588,3 +588,159 @@ def test_a_table_made_before_claim_tokens_gains_them_and_fences_runs_by_them(
         assert record is not None and record.paused and record.counters["runs"] == 1
     finally:
         upgraded.close()
+
+
+def _shows_no_secret(exc: BaseException, *secrets: str) -> str:
+    """The traceback `exc` prints, checked for `secrets` (none may show), with the chain."""
+    import traceback
+
+    printed = "".join(traceback.format_exception(exc))
+    for secret in secrets:
+        assert secret not in printed, printed
+    # Not chained to the driver's error (which holds its message as it was).
+    assert exc.__cause__ is None and exc.__context__ is None
+    return printed
+
+
+@pytest.mark.parametrize(("url", "error", "shown"), [
+    # pymongo's InvalidURI: an unescaped "@" in the password.
+    ("mongodb://user:a@b@127.0.0.1:{port}/db", ValueError, "mongodb://user:***@127.0.0.1"),
+    # libpq cannot read it (a space in the password; an unknown option).
+    ("postgresql://user:s3c ret@127.0.0.1:{port}/db", ValueError, "postgresql://user:***@127"),
+    ("postgresql://alice@127.0.0.1:{port}/db?password=s3cret&bogus=1", ValueError,
+     "?password=***&bogus=1"),
+    # Unreachable, the password in the query.
+    ("postgresql://alice@127.0.0.1:{port}/db?password=s3cret", ConnectionError,
+     "?password=***"),
+    ("postgresql://user:s3c/ret@127.0.0.1:{port}/db", ConnectionError,
+     "postgresql://user:***@127.0.0.1"),
+])
+def test_a_drivers_configuration_error_is_the_documented_error_with_secrets_hidden(
+        url: str, error: type[Exception], shown: str) -> None:
+    """Every driver error at opening (pymongo's InvalidURI, libpq's unreadable URL or
+    option, no server) is `open_store`'s ValueError or ConnectionError, from `open_store`
+    and from the service, naming the URL with every secret hidden, in its message, its chain
+    and its traceback."""
+    from executors import BackgroundService
+    from executors.testing import free_port
+
+    target = url.format(port=free_port())
+    for opening in (open_store, lambda u: BackgroundService("s", store=u)):
+        with pytest.raises(error) as info:
+            opening(target)
+        assert shown in str(info.value), str(info.value)
+        _shows_no_secret(info.value, "s3cret", "s3c", "ret@", "a@b")
+
+
+def test_a_postgres_password_in_the_query_shows_nowhere(pg_dsn: str,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """``?password=`` in a reachable store's URL is hidden in its `display_url`, the
+    service's status and its logs."""
+    import logging
+
+    from executors import BackgroundService
+    from executors.triggers import Interval
+
+    url = pg_dsn + ("&" if "?" in pg_dsn else "?") + "password=s3cret"
+    caplog.set_level(logging.DEBUG)
+    with BackgroundService("s", store=url) as svc:
+        svc.schedule(Interval(3600), print, name="hourly")
+        status = svc.status()
+    assert "password=***" in status.store.url  # type: ignore[union-attr]
+    assert "s3cret" not in repr(status) and "s3cret" not in caplog.text
+
+
+def test_the_last_runs_owner_is_kept_through_claims_and_control_operations(
+        store: ScheduleStore) -> None:
+    """A finished run records who ran it (`last_owner`), kept by the next claims and by a
+    pause; a run lost by a crashed owner names that owner."""
+    declare_due(store)
+    assert store.get("job").last_owner is None  # type: ignore[union-attr]
+    (c,) = claim(store, "p1")
+    assert store.complete(c, "error: E: x")
+    assert store.set_paused("job", True) and store.set_paused("job", False)
+    record = store.get("job")
+    assert record is not None and record.last_owner == "p1"
+    assert record.last_result == "error: E: x"
+    assert store.set_next_fire("job", store.now() - dt.timedelta(seconds=0.5))
+    (c,) = claim(store, "crashed", lease=0.05)
+    assert store.get("job").last_owner == "p1"  # type: ignore[union-attr]
+    wait_until(lambda: store.now() > c.lease_until, 5)
+    claim(store, "p2")
+    record = store.get("job")
+    assert record is not None and record.last_result == "lost"
+    assert record.last_owner == "crashed"
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "mongodb", "postgresql"])
+def test_a_record_written_before_the_last_owner_was_kept_reads_none(
+        kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """A finished run stored without ``last_owner`` (an older version's record) reads as
+    None, and the next completion records it."""
+    url = empty_store_url(kind, request, tmp_path)
+    store = open_store(url)
+    try:
+        declare_due(store)
+        (c,) = claim(store, "p1")
+        assert store.complete(c, "ok")
+        _forget_last_owner(kind, url)
+        record = store.get("job")
+        assert record is not None and record.last_owner is None
+        assert record.last_result == "ok" and record.counters["runs"] == 1
+        assert store.set_next_fire("job", store.now() - dt.timedelta(seconds=0.5))
+        (c,) = claim(store, "p2")
+        assert store.complete(c, "ok")
+        assert store.get("job").last_owner == "p2"  # type: ignore[union-attr]
+    finally:
+        store.close()
+
+
+def _forget_last_owner(kind: str, url: str) -> None:
+    """Remove ``last_owner`` from every stored record, as an older version wrote them."""
+    if kind == "sqlite":
+        with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn, conn:
+            conn.execute("UPDATE executors_schedules SET state = json_remove(state, "
+                         "'$.last_owner'), changed = changed + 1000")
+    elif kind == "mongodb":
+        import pymongo
+
+        with pymongo.MongoClient(url) as client:
+            client.get_default_database()["executors_schedules"].update_many(
+                {}, {"$unset": {"last_owner": ""}})
+    else:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("UPDATE executors_schedules SET state = state - 'last_owner'")
+
+
+@pytest.mark.parametrize("kind", ["mongodb", "postgresql"])
+def test_the_command_on_a_database_without_a_store_is_refused_and_writes_nothing(
+        kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """``executors schedules`` (run as a child process) on a server database that holds no
+    store refuses to list or act, one line, and creates nothing in it (no table, collection,
+    index or format record); once a store is there, it lists it."""
+    import subprocess
+    import sys
+
+    url = empty_store_url(kind, request, tmp_path)
+    for args in ([], ["pause", "nightly"]):
+        proc = subprocess.run([sys.executable, "-m", "executors", "schedules", url, *args],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert proc.returncode == 1 and "holds no schedule store" in proc.stderr, proc
+        assert len(proc.stderr.splitlines()) == 1
+    assert _store_objects(kind, url) == []
+    open_store(url).close()
+    proc = subprocess.run([sys.executable, "-m", "executors", "schedules", url],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0 and proc.stdout.startswith("no schedules in"), proc
+
+
+def _store_objects(kind: str, url: str) -> list[str]:
+    """The store's tables or collections in the database at `url`."""
+    if kind == "mongodb":
+        import pymongo
+
+        with pymongo.MongoClient(url) as client:
+            return sorted(client.get_default_database().list_collection_names())
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute("SELECT relname FROM pg_class WHERE relname LIKE 'executors%'")
+        return sorted(row[0] for row in rows)
