@@ -589,10 +589,9 @@ class StoreLoop:
             self.unwatch()
             self.unwatch = None
         pool = self.scheduler.pool
-        me = threading.current_thread()
+        # The caller of shutdown() and the dispatcher wait for them too: one joiner at a time.
         for thread in list(pool.threads if pool is not None else ()):
-            if thread is not me and thread.ident is not None:
-                thread.join()
+            _threads.join(thread)
         try:
             self._write_finished()
             self._retry_completions()

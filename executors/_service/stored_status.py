@@ -103,8 +103,7 @@ def stop_snapshots(loop: StoreLoop) -> bool:
         return True
     loop.reader_stop = True
     loop.read_now.set()
-    if reader.ident is not None:
-        reader.join(_SNAPSHOT_JOIN)
+    _threads.join(reader, _SNAPSHOT_JOIN)
     with loop.lock:
         loop.reader_releases = not loop.reader_done
         return loop.reader_done
