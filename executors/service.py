@@ -177,7 +177,9 @@ class BackgroundService:
             hidden).
         store_lease: seconds a claimed run's lease lasts on the store's clock (renewed every
             third of it, at most every 10 s, while the run lasts): how long a crashed
-            process's run holds its schedule before ``on_crash`` settles it.
+            process's run holds its schedule before ``on_crash`` settles it. A store call
+            in progress longer than that renewal period makes `status()` unhealthy
+            (``status().store.blocked``).
 
     Raises:
         TypeError, ValueError: a bad argument, naming it.
@@ -324,7 +326,10 @@ class BackgroundService:
         `shutdown_timeout`; None waits for all). Submissions that have not started by then
         are cancelled; runs still executing are reported (`ShutdownReport.unfinished_jobs`),
         not interrupted (threads cannot be); runs still queued behind a busy pool are dropped
-        (`ShutdownReport.dropped_jobs`). Idempotent.
+        (`ShutdownReport.dropped_jobs`). With a store, calls to it still hanging 1 s before
+        the deadline (half the timeout if shorter) are interrupted and later ones refused,
+        so that its threads end by the deadline (a run's completion not written by then is
+        settled by its ``on_crash`` once its lease expires). Idempotent.
 
         Args:
             cancel_pending: cancel submissions that have not started yet at once, instead of
