@@ -11,36 +11,44 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
-__all__ = ("frozen", "holding_write_lock", "postgres_pids")
+__all__ = ("frozen", "holding_write_lock", "postmaster_pid")
 
 
 @contextlib.contextmanager
-def frozen(pids: list[int]) -> Iterator[None]:
-    """Stop each of `pids` (SIGSTOP, in order) for the block; SIGCONT every one stopped on
-    the way out, whatever happened (a failed test never leaves a stopped server)."""
+def frozen(pid: int, *, children: bool = False) -> Iterator[None]:
+    """Stop `pid` (SIGSTOP) for the block and, with `children`, every process it started
+    (listed once it is stopped: it starts no other meanwhile; one that exits on the way is
+    skipped). SIGCONT every one stopped on the way out, whatever happened (a failed test
+    never leaves a stopped server)."""
     stopped: list[int] = []
     try:
-        for pid in pids:
-            os.kill(pid, signal.SIGSTOP)
-            stopped.append(pid)
+        os.kill(pid, signal.SIGSTOP)
+        stopped.append(pid)
+        for child in _children(pid) if children else ():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGSTOP)
+                stopped.append(child)
         yield
     finally:
-        for pid in reversed(stopped):
+        for stopped_pid in reversed(stopped):
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
+                os.kill(stopped_pid, signal.SIGCONT)
 
 
-def postgres_pids(dsn: str) -> list[int]:
-    """The server at `dsn` (on this machine): its postmaster (from ``postmaster.pid`` in its
-    data directory) first, then every process it started."""
+def postmaster_pid(dsn: str) -> int:
+    """The postmaster of the PostgreSQL server at `dsn` (on this machine), from the
+    ``postmaster.pid`` of its data directory."""
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute("SHOW data_directory").fetchone()
     assert row is not None
     with open(os.path.join(str(row[0]), "postmaster.pid")) as f:
-        postmaster = int(f.readline())
-    children = []
+        return int(f.readline())
+
+
+def _children(parent: int) -> list[int]:
+    found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -50,9 +58,9 @@ def postgres_pids(dsn: str) -> list[int]:
                 ppid = int(f.read().rpartition(")")[2].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        if ppid == postmaster:
-            children.append(int(entry))
-    return [postmaster, *children]
+        if ppid == parent:
+            found.append(int(entry))
+    return found
 
 
 _HOLDER = """

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from helpers import stored_jobs
-from helpers.freezing import frozen, holding_write_lock, postgres_pids
+from helpers.freezing import frozen, holding_write_lock, postmaster_pid
 from helpers.store_urls import empty_store_url
 
 from executors import BackgroundService, Date, Interval
@@ -48,12 +48,13 @@ def _frozen_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path
         return url, lambda: holding_write_lock(path)
     if kind == "postgresql":
         dsn: str = request.getfixturevalue("pg_dsn")
-        return url, lambda: frozen(postgres_pids(dsn))
+        pid = postmaster_pid(dsn)
+        return url, lambda: frozen(pid, children=True)
     server = request.getfixturevalue("mongo_server")
     if server.external:
         pytest.skip("MONGODB_URI points at a server this test cannot stop")
     pid = int((server.log_file.parent / "server.pid").read_text().split()[0])
-    return url, lambda: frozen([pid])
+    return url, lambda: frozen(pid)
 
 
 def _serving(name: str, url: str) -> BackgroundService:
@@ -193,10 +194,13 @@ def test_a_run_that_ended_while_the_store_hung_is_written_not_settled_as_a_crash
     # waits in its claim (a renewal would renew the lease as the store comes back).
     loop.renew_every = 3600.0
     try:
-        when = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=0.3)
-        svc.schedule(Date(when), stored_jobs.gated, "g", name="once",
-                     on_crash=on_crash)  # type: ignore[arg-type]
+        # Due in an hour, run now (once): a fire time in the near future could pass before
+        # the declaration under load, and a Date with none left never runs.
+        when = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+        job = svc.schedule(Date(when), stored_jobs.gated, "g", name="once",
+                           on_crash=on_crash)  # type: ignore[arg-type]
         svc.start()
+        job.wake()
         assert stored_jobs.GATE_ENTERED.wait(10)
         with freeze():
             wait_until(lambda: _leases_expired(loop), 10)
