@@ -120,12 +120,17 @@ def interrupt_blocked(loop: StoreLoop) -> bool:
     """At the shutdown's interruption point: if a store call has been in progress for a
     while, interrupt every call and refuse the later ones (logged). True if it did."""
     blocked = loop.watched.blocked()
-    if blocked is None or blocked[1] < _HUNG:
+    # A listener asked to stop (`finish` has passed it) and still alive waits on the store
+    # too (its own connection, outside the watched calls).
+    listener = loop.listener
+    stuck = listener is not None and loop.unwatch is None and _threads.alive(listener)
+    if (blocked is None or blocked[1] < _HUNG) and not stuck:
         return False
-    method, seconds, thread = blocked
-    logger.error("%s: the schedule store %s has not answered a call for %.1f s (%s on %s): "
-                 "interrupted at the shutdown deadline; completions not yet written are not "
-                 "recorded (their lease expires and on_crash settles them)", loop.name,
-                 loop.store.display_url, seconds, method, thread)
+    what = "its listener" if blocked is None or blocked[1] < _HUNG else \
+        f"a call for {blocked[1]:.1f} s ({blocked[0]} on {blocked[2]})"
+    logger.error("%s: the schedule store %s has not answered %s: interrupted at the "
+                 "shutdown deadline; completions not yet written are not recorded (their "
+                 "lease expires and on_crash settles them)", loop.name,
+                 loop.store.display_url, what)
     loop.watched.interrupt()
     return True

@@ -24,6 +24,7 @@ from helpers.freezing import frozen, holding_write_lock, postmaster_pid
 from helpers.store_urls import empty_store_url
 
 from executors import BackgroundService, Date, Interval
+from executors._service.memory_schedules import MemoryStore
 from executors._service.sqlite_schedules import SQLiteScheduleStore
 from executors._service.store import open_store, sqlite_path
 from executors.testing import wait_until
@@ -256,3 +257,45 @@ def test_sqlite_waits_for_the_write_lock_in_attempts_and_an_interrupt_ends_the_w
     finally:
         quick.close()
         slow.close()
+
+
+class _StuckListener:
+    """A memory store whose listener (`watch`) cannot stop when asked, as one waiting on a
+    server that does not answer, until the store is interrupted."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore()
+        self.released = threading.Event()
+        self.thread = threading.Thread(target=self.released.wait, args=(30,), daemon=True,
+                                       name="stuck-listener")
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)  # the rest of the store, as it is
+
+    def watch(self, callback: Callable[[], object]) -> Callable[[], None]:
+        self.thread.start()
+        unwatch = _Unwatch()
+        unwatch.thread = self.thread
+        return unwatch
+
+    def interrupt(self) -> None:
+        self.released.set()
+
+
+class _Unwatch:
+    thread: threading.Thread
+
+    def __call__(self) -> None:
+        """Asked to stop: it cannot while its server does not answer."""
+
+
+def test_shutdown_interrupts_a_listener_that_cannot_stop(tmp_path: Path) -> None:
+    """A store listener asked to stop that is still waiting on its store near the deadline
+    (no other call of the store hangs) is interrupted too: shutdown returns by its deadline,
+    complete, and the listener thread has ended."""
+    store = _StuckListener()
+    svc = BackgroundService(name="stuck", store=store).start()  # type: ignore[arg-type]
+    wait_until(lambda: store.thread.is_alive(), 5)
+    report = svc.shutdown(2)
+    assert report.completed and report.elapsed < 2.5, report
+    assert not store.thread.is_alive()
