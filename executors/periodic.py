@@ -374,10 +374,11 @@ class PeriodicExecutor:
         if thread is threading.current_thread():
             return False
         try:
-            thread.join(timeout)
+            # Through _threads.join: the registry at exit and a service's shutdown may wait
+            # for this thread at once (python/cpython#116372).
+            return _threads.join(thread, timeout)
         except RuntimeError:  # started by open() a moment ago but not yet running
             return False
-        return not thread.is_alive()
 
     # -- introspection ----------------------------------------------------------------------
 
@@ -421,7 +422,7 @@ class PeriodicExecutor:
             last_error=self._last_error,
             last_run_started=self._last_start,
             next_run_at=self._next_run if not self._stopped else None,
-            thread_alive=thread is not None and thread.is_alive(),
+            thread_alive=thread is not None and _threads.alive(thread),
             generation=self._generation,
         )
 

@@ -63,6 +63,7 @@ from ._service.stored import (
     check_store,
     target_of,
 )
+from ._service.stored_faults import INTERRUPT_BEFORE, helper_threads, interrupt_blocked
 from ._service.wallclock import Missed, TriggerLike, WallOnError
 from .errors import ShutdownError
 from .periodic import ForkPolicy, PeriodicExecutor
@@ -176,7 +177,9 @@ class BackgroundService:
             hidden).
         store_lease: seconds a claimed run's lease lasts on the store's clock (renewed every
             third of it, at most every 10 s, while the run lasts): how long a crashed
-            process's run holds its schedule before ``on_crash`` settles it.
+            process's run holds its schedule before ``on_crash`` settles it. A store call
+            in progress longer than that renewal period makes `status()` unhealthy
+            (``status().store.blocked``).
 
     Raises:
         TypeError, ValueError: a bad argument, naming it.
@@ -337,7 +340,10 @@ class BackgroundService:
         `shutdown_timeout`; None waits for all). Submissions that have not started by then
         are cancelled; runs still executing are reported (`ShutdownReport.unfinished_jobs`),
         not interrupted (threads cannot be); runs still queued behind a busy pool are dropped
-        (`ShutdownReport.dropped_jobs`). Idempotent.
+        (`ShutdownReport.dropped_jobs`). With a store, calls to it still hanging 1 s before
+        the deadline (half the timeout if shorter) are interrupted and later ones refused,
+        so that its threads end by the deadline (a run's completion not written by then is
+        settled by its ``on_crash`` once its lease expires). Idempotent.
 
         Args:
             cancel_pending: cancel submissions that have not started yet at once, instead of
@@ -346,12 +352,23 @@ class BackgroundService:
         seconds = self._shutdown_timeout if timeout == "default" else _validate.timeout(timeout)
         began = SYSTEM_CLOCK.monotonic()
         deadline = None if seconds is None else began + seconds
+        loop = self._store
+        if loop is not None and deadline is not None:
+            loop.deadline = deadline  # its thread waits for its helpers until then
         self.close()
         cancelled = 0
         if cancel_pending:
             cancelled += sum(f.cancel() for f in list(self._futures))
-        done = self._wait(deadline)
-        loop = self._store
+        if loop is not None and seconds is not None and loop.thread is not None:
+            # A store call still hanging a moment before the deadline is interrupted, so
+            # that the threads waiting on it end by the deadline (`stored_faults`).
+            assert deadline is not None
+            done = self._wait(deadline - min(INTERRUPT_BEFORE, seconds / 2))
+            if not done:
+                interrupt_blocked(loop)
+                done = self._wait(deadline)
+        else:
+            done = self._wait(deadline)
         if loop is not None and loop.thread is None:
             loop.release()  # never started: its thread did not close the store
         if not done:
@@ -369,7 +386,9 @@ class BackgroundService:
 
     def _threads(self) -> list[threading.Thread]:
         # The dispatcher last: it waits for the others to end (their runs emit events).
-        return [*self._scheduler.producers(), *filter(None, [self._scheduler.events.thread])]
+        loop = self._store
+        return [*self._scheduler.producers(), *(helper_threads(loop) if loop else ()),
+                *filter(None, [self._scheduler.events.thread])]
 
     def _executors(self) -> list[PeriodicExecutor]:
         return [e for j in list(self._jobs.values()) if (e := j._executor) is not None]
@@ -377,6 +396,9 @@ class BackgroundService:
     def _wait(self, deadline: float | None) -> bool:
         done = wait_all(self._scheduler.producers(), self._pool, self._executors(),
                         self._futures, deadline)
+        loop = self._store
+        if loop is not None:  # read after the store thread: it starts no helper after its end
+            done = wait_all(helper_threads(loop), self._pool, (), set(), deadline) and done
         # The dispatcher last, read only now: a run that ended during the close may have
         # started it with the first event anyone wanted (it waits for those threads itself).
         dispatcher = self._scheduler.events.thread

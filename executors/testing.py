@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar, final
 
-from . import _validate
+from . import _threads, _validate
 from ._clock import SYSTEM_CLOCK
 
 __all__ = ("VirtualClock", "wait_until", "free_port", "DEFAULT_WALL")
@@ -251,7 +251,7 @@ class VirtualClock:
 
     def _settle(self, threads: list[threading.Thread], timeout: float | None) -> None:
         deadline = SYSTEM_CLOCK.monotonic() + (math.inf if timeout is None else timeout)
-        while not all(t in self._sleepers or not t.is_alive() for t in threads):
+        while not all(t in self._sleepers or not _threads.alive(t) for t in threads):
             remaining = deadline - SYSTEM_CLOCK.monotonic()
             if remaining <= 0:
                 raise TimeoutError("a thread woken by VirtualClock.advance did not sleep again")

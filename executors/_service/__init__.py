@@ -10,6 +10,9 @@
 - `run_info`: `RunInfo` and `current_run()`;
 - `options`: the checked arguments of `every`, `schedule` and `cron`;
 - `status` and `shutdown`: the snapshots, and the one-deadline shutdown with its report.
+- `store_calls` and `stored_faults`: a store's calls in progress (a hung one reported and
+  interrupted at the shutdown deadline), its own runs written before a claim settles expired
+  leases, and the store loop's end.
 
 Threaded core: no asyncio here (tests/test_imports.py checks it).
 """

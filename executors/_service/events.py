@@ -364,7 +364,8 @@ class Events:
         with self._lock:
             if self.thread is not None:
                 return
-            if self._closing and not any(t.is_alive() for t in self._producers()):
+            if self._closing and not any(
+                    _threads.alive(t) for t in self._producers()):
                 # Closed, and none of the service's threads runs (closed before any event was
                 # emitted; a forked child that stays closed): nothing will deliver this one.
                 # While one runs (a run finishing during the shutdown, the store thread's
@@ -401,10 +402,9 @@ class Events:
                 break
             self._dispatch(event)  # type: ignore[arg-type]
         # Closing: runs still executing emit their events; wait for them, then deliver all.
-        me = threading.current_thread()
+        # The caller of shutdown() waits for them too: one joiner at a time (_threads.join).
         for thread in self._producers():
-            if thread is not me and thread.ident is not None:
-                thread.join()
+            _threads.join(thread)
         try:
             while True:
                 event = self._queue.get_nowait()

@@ -75,15 +75,20 @@ class MemoryStore:
             now = self.now()
             due = sorted((r for r in self._records.values() if _maybe_due(r, now)),
                          key=_due_key)
+            # Written once all are settled: a planner or on_crash that raises leaves the
+            # store as it was (as the other stores' transactions do).
+            writes = []
             for record in due:
                 if len(claims) >= limit:
                     break
                 settled = settle_claim(record, owner, now, lease, planner, on_crash, token)
                 if settled is None:
                     continue
-                self._records[record.name] = settled[0]
+                writes.append(settled[0])
                 if settled[1] is not None:
                     claims.append(settled[1])
+            for written in writes:
+                self._records[written.name] = written
         return claims
 
     def next_due(self) -> tuple[dt.datetime, dt.datetime | None]:

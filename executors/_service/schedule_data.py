@@ -198,6 +198,10 @@ class StoreStatus:
     #: ``(name, reason)`` of each record that could not be read (skipped, the others run;
     #: declaring the name again writes over it).
     corrupt: tuple[tuple[str, str], ...] = ()
+    #: Set while a store call has been in progress longer than the renewal period (a third
+    #: of the lease, at most 10 s): ``"store call blocked 12 s (claim on svc-store)"``; the
+    #: store is then unhealthy (`healthy` is False) though no call has failed yet.
+    blocked: str | None = None
 
 
 # -- a job's link to the store ------------------------------------------------------------------

@@ -10,6 +10,7 @@ import dataclasses
 import threading
 from collections.abc import Iterable, Sequence
 
+from executors import _threads
 from executors._clock import SYSTEM_CLOCK
 from executors.periodic import PeriodicExecutor
 
@@ -42,7 +43,7 @@ class ShutdownReport:
 
 def alive(threads: Iterable[threading.Thread], executors: Iterable[PeriodicExecutor]) -> int:
     """How many of `threads` and of the executors' threads are alive."""
-    n = sum(1 for t in threads if t.is_alive())
+    n = sum(1 for t in threads if _threads.alive(t))
     return n + sum(1 for e in executors if e.statistics().thread_alive)
 
 
@@ -59,9 +60,10 @@ def wait_all(threads: Sequence[threading.Thread], pool: Pool,
     for t in threads:
         if t is me:
             return False  # a job (or a subscriber) cannot wait for its own service
-        if t.ident is not None:
-            t.join(remaining())
-    if not any(t.is_alive() for t in threads):
+        # One joiner at a time (the dispatcher and the store thread wait for some of these
+        # threads too): python/cpython#116372.
+        _threads.join(t, remaining())
+    if not any(_threads.alive(t) for t in threads):
         pool.cancel_leftovers()
     for executor in executors:
         executor.join(remaining())

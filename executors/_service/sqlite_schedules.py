@@ -58,7 +58,11 @@ from .store import (
 )
 from .unreadable import Unreadable
 
-__all__ = ("Changes", "SQLiteScheduleStore")
+__all__ = ("BUSY_ATTEMPT", "Changes", "SQLiteScheduleStore")
+
+#: The longest one attempt to take the file's write lock waits (seconds); `busy_timeout` is
+#: spent in attempts of this length.
+BUSY_ATTEMPT = 0.5
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS executors_meta (
@@ -185,7 +189,12 @@ class SQLiteScheduleStore:
     Args:
         path: the database file (created if missing, readable and writable by its owner
             only).
-        busy_timeout: seconds a statement waits for another process's write lock.
+        busy_timeout: seconds a write waits in all for another process's write lock before
+            it fails with ``sqlite3.OperationalError: database is locked`` (the service then
+            reports the store unhealthy and retries with its backoff). It waits in attempts
+            of `BUSY_ATTEMPT`: SQLite's own wait for a lock does not heed
+            ``Connection.interrupt()``, and the store must stop waiting when it is
+            interrupted (`interrupt`, at a service's shutdown deadline).
         create: False: the file must already be a store (refused otherwise, nothing written).
         read_only: open the file read-only: nothing is ever written to it (no table, column
             or index added; a write raises `sqlite3.OperationalError`). Implies not `create`.
@@ -200,11 +209,12 @@ class SQLiteScheduleStore:
             is not a store.
     """
 
-    def __init__(self, path: str, *, busy_timeout: float = 30.0, create: bool = True,
+    def __init__(self, path: str, *, busy_timeout: float = 5.0, create: bool = True,
                  read_only: bool = False) -> None:
         self._path = path
         self.display_url = f"sqlite:///{path}"  # four slashes for an absolute path
         self._busy_timeout = busy_timeout
+        self._interrupted = False
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
@@ -270,11 +280,13 @@ class SQLiteScheduleStore:
         fork). ``check_same_thread=False`` only lets `close` close them all from one thread."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None or getattr(self._local, "pid", None) != os.getpid():
+            # A short wait per attempt (see `_begin`), never longer than the whole.
+            attempt = min(BUSY_ATTEMPT, self._busy_timeout)
             if self._read_only is not None:
-                conn = connect_read_only(self._path, self._busy_timeout, self._read_only)
+                conn = connect_read_only(self._path, attempt, self._read_only)
             else:
-                conn = sqlite3.connect(self._path, timeout=self._busy_timeout,
-                                       isolation_level=None, check_same_thread=False)
+                conn = sqlite3.connect(self._path, timeout=attempt, isolation_level=None,
+                                       check_same_thread=False)
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = conn
@@ -286,13 +298,38 @@ class SQLiteScheduleStore:
     @contextmanager
     def _write(self, conn: sqlite3.Connection | None = None) -> Iterator[sqlite3.Connection]:
         conn = conn or self._conn()
-        conn.execute("BEGIN IMMEDIATE")
+        self._begin(conn)
         try:
             yield conn
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+
+    def _begin(self, conn: sqlite3.Connection) -> None:
+        """Take the write lock: attempts of `BUSY_ATTEMPT` until `busy_timeout` has passed
+        or the store is interrupted."""
+        deadline = time.monotonic() + self._busy_timeout
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if self._interrupted or time.monotonic() >= deadline or \
+                        "locked" not in str(exc):
+                    raise
+
+    def interrupt(self) -> None:
+        """Stop every wait for the write lock after its attempt (from now on a write waits
+        one attempt at most) and interrupt the statements in progress. From any thread."""
+        self._interrupted = True
+        with self._lock:
+            connections = list(self._connections)
+        for conn in connections:
+            try:
+                conn.interrupt()
+            except sqlite3.ProgrammingError:  # closed meanwhile
+                pass
 
     def now(self) -> dt.datetime:
         return self._now(self._conn())

@@ -28,7 +28,8 @@ class ServiceStatistics:
     #: The most pool threads the service may start (``BackgroundService(workers=...)``).
     workers: int
     #: Threads of this service alive now: scheduler + pool workers + dedicated jobs + the
-    #: event dispatcher (started by the first event someone subscribed to).
+    #: event dispatcher (started by the first event someone subscribed to); with a store,
+    #: its store thread, snapshot thread and (PostgreSQL) listener too.
     threads: int
     #: Jobs the service holds now (a cancelled job leaves once the scheduler has seen it).
     jobs: int

@@ -50,7 +50,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal, final
+from typing import TYPE_CHECKING, Literal, cast, final
 
 from executors import _threads
 
@@ -65,9 +65,11 @@ from .schedule_data import (
     trigger_of,
 )
 from .store import Claim, Plan, ScheduleDefinition, ScheduleRecord, ScheduleStore
+from .store_calls import WatchedStore
+from .stored_faults import OwnRunsFirst, finish, on_crash
 from .stored_plan import UNWATCHED_AFTER, Decision, announce_missed, plan, resume_record
 from .stored_run import StoredLink, StoredRun
-from .stored_status import ask_snapshot, refresh_job, stop_snapshots
+from .stored_status import ask_snapshot, refresh_job
 
 if TYPE_CHECKING:
     from .job import Job
@@ -140,7 +142,14 @@ class StoreLoop:
         self.lease = lease
         # Renewed at a third of the lease: two renewals may fail before it expires.
         self.renew_every = min(RENEW_EVERY, lease / 3)
-        self.store = store
+        # Its calls in progress are watched: a hung one shows in status() and is interrupted
+        # at the shutdown deadline (`executors._service.store_calls`).
+        self.watched = WatchedStore(store)
+        self.store = cast(ScheduleStore, self.watched)  # every method, as the store's
+        #: A store call in progress longer than this (seconds) makes `status()` unhealthy:
+        #: by then a renewal is late. The renewal period (a third of the lease, at most
+        #: `RENEW_EVERY`); a test may set it lower.
+        self.blocked_after = self.renew_every
         self.owned = owned
         self.scheduler = scheduler
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -151,13 +160,15 @@ class StoreLoop:
         self.to_declare: dict[str, tuple[ScheduleDefinition, Job]] = {}
         self.in_flight: dict[tuple[str, int], _InFlight] = {}
         self.retry_completions: list[tuple[Claim, str]] = []
+        # (name, token) of the completions pool threads are writing now (see `on_crash`).
+        self.completing: set[tuple[str, str]] = set()
         # Ended runs waiting for the loop's next batch (stores with ``complete_many``).
         self.finished: list[tuple[Claim, str]] = []
         self.complete_many: Callable[[list[tuple[Claim, str]]], list[bool]] | None = getattr(
-            store, "complete_many", None)
+            self.store, "complete_many", None)
         # A store that writes the pass's completions and claims in one transaction (SQLite).
         self.complete_and_claim: Callable[..., tuple[list[bool], list[Claim]]] | None = \
-            getattr(store, "complete_and_claim", None) if self.complete_many else None
+            getattr(self.store, "complete_and_claim", None) if self.complete_many else None
         self.reported_lost: set[tuple[str, int]] = set()
         self.decisions: dict[tuple[str, int], Decision] = {}
         self.announced: dict[str, dt.datetime] = {}  # the latest fire time of a group announced
@@ -190,6 +201,7 @@ class StoreLoop:
         self.touches = 0
         self.touched: dict[str, int] = {}
         self.unwatch: Callable[[], None] | None = None
+        self.listener: threading.Thread | None = None  # the thread of `watch`, if it says
         self.wanted = True  # status() was asked since the last refresh (or none was made)
         # The copy behind `snapshot`: name -> (the record it was made from, declared here,
         # the row); `mark` is the store's change mark of the copy, None for a whole read.
@@ -203,6 +215,7 @@ class StoreLoop:
         self.triggers: dict[str, TriggerLike] = {}
         self.offset = 0.0  # store clock - this process's wall clock, at the latest read
         self.closing = False
+        self.deadline: float | None = None  # shutdown()'s (real monotonic), once it is set
 
     def after_fork(self) -> None:
         """In a forked child: a new owner (another process), fresh lock, queue and no thread;
@@ -213,12 +226,21 @@ class StoreLoop:
         self.thread = None
         self.in_flight = {}
         self.retry_completions = []
+        self.completing = set()
+        self.deadline = None
+        # The parent's calls in progress are not this process's (and their lock may be held).
+        self.watched = WatchedStore(self.watched.inner)
+        self.store = cast(ScheduleStore, self.watched)
+        self.complete_many = getattr(self.store, "complete_many", None)
+        self.complete_and_claim = getattr(self.store, "complete_and_claim", None) \
+            if self.complete_many else None
         self.finished = []
         self.decisions = {}
         self.planned = {}
         self.wake_at = math.inf
         self.closing = False
         self.unwatch = None  # the parent's listener (its close is a no-op here)
+        self.listener = None
         # The parent's snapshot thread is not here (a read it was making is lost: read again).
         self.reader = None
         self.read_now = threading.Event()
@@ -333,9 +355,15 @@ class StoreLoop:
                 # than the refresh of a few changes).
                 listed = self.listed
                 snapshot = self.snapshot = tuple(listed[name][2] for name in sorted(listed))
-        return StoreStatus(self.store.display_url, self.owner, self.healthy, self.last_error,
+        # Read from the calls in progress: the hung thread need not return to be seen.
+        healthy, blocked = self.healthy, None
+        call = self.watched.blocked()
+        if call is not None and call[1] >= self.blocked_after:
+            healthy = False
+            blocked = f"store call blocked {call[1]:.0f} s ({call[0]} on {call[2]})"
+        return StoreStatus(self.store.display_url, self.owner, healthy, self.last_error,
                            self.claims, self.completed, self.lease_lost, self.store_errors,
-                           len(self.retry_completions), snapshot, self.corrupt)
+                           len(self.retry_completions), snapshot, self.corrupt, blocked)
 
     # -- the thread ---------------------------------------------------------------------------
 
@@ -349,9 +377,15 @@ class StoreLoop:
         watch = getattr(self.store, "watch", None)
         if watch is not None:
             self.unwatch = watch(self.changed)
+            self.listener = getattr(self.unwatch, "thread", None)
         while not self.closing:
             try:
                 delay = self._serve(monotonic)
+            except OwnRunsFirst:
+                # Not a store error: the claim was abandoned (nothing written); the plans it
+                # made are void, and the next pass writes or renews this process's own first.
+                self.decisions, self.planned = {}, {}
+                delay = 0.0
             except Exception as exc:
                 self._failed("serve", exc)
                 delay = backoff
@@ -368,7 +402,7 @@ class StoreLoop:
                 except queue.Empty:
                     continue
                 self._handle(message)
-        self._finish()
+        finish(self)
 
     def _handle(self, message: object) -> None:
         while True:
@@ -420,7 +454,7 @@ class StoreLoop:
         store = self.store
         if self.complete_and_claim is None:
             claims = store.claim(self.owner, lease=self.lease, limit=BATCH,
-                                 planner=self.planner, on_crash=_on_crash)
+                                 planner=self.planner, on_crash=self.on_crash)
         else:
             claims = self._write_finished(and_claim=True)
         decisions, self.decisions = self.decisions, {}
@@ -464,6 +498,10 @@ class StoreLoop:
     def planner(self, record: ScheduleRecord, now: dt.datetime) -> Plan:
         """The claim's planner: the ``missed`` policy on a due record (`stored_plan.plan`)."""
         return plan(self, record, now)
+
+    def on_crash(self, record: ScheduleRecord) -> Literal["drop", "rerun"]:
+        """The claims' ``on_crash`` (`stored_faults.on_crash`)."""
+        return on_crash(self, record)
 
     def _start_run(self, claim: Claim, now: float, next_fire: float | None) -> None:
         self.claims += 1
@@ -513,6 +551,8 @@ class StoreLoop:
             flight = self.in_flight.pop((claim.name, claim.version), None)
             if batched:
                 self.finished.append((claim, result))
+            else:
+                self.completing.add((claim.name, claim.token))
         if not batched:
             try:
                 done = self.store.complete(claim, result)
@@ -522,6 +562,9 @@ class StoreLoop:
                     self.retry_completions.append((claim, result))
                 self.nudge()
                 return
+            finally:
+                with self.lock:  # after the retry is queued: never out of both
+                    self.completing.discard((claim.name, claim.token))
             self._completed(claim, done)
         # The loop's wake-up was computed without this record (a record with a run in
         # progress is not due): wake it if the record is due before then (a batched
@@ -549,7 +592,7 @@ class StoreLoop:
                 assert self.complete_and_claim is not None
                 written, claims = self.complete_and_claim(
                     pending, self.owner, lease=self.lease, limit=BATCH, planner=self.planner,
-                    on_crash=_on_crash)
+                    on_crash=self.on_crash)
             else:
                 assert self.complete_many is not None
                 written = self.complete_many(pending)
@@ -594,46 +637,6 @@ class StoreLoop:
         self.touches += 1
         self.touched[name] = self.touches
 
-    def _finish(self) -> None:
-        """Closing: wait for the runs in progress to record their end, then let go."""
-        if self.unwatch is not None:
-            self.unwatch()
-            self.unwatch = None
-        pool = self.scheduler.pool
-        me = threading.current_thread()
-        for thread in list(pool.threads if pool is not None else ()):
-            if thread is not me and thread.ident is not None:
-                thread.join()
-        try:
-            self._write_finished()
-            self._retry_completions()
-        except Exception as exc:
-            logger.error("%s: %d completion(s) not recorded at shutdown (%s): their lease "
-                         "expires and on_crash settles them", self.name,
-                         len(self.retry_completions), exc)
-        self._give_back_unstarted()
-        if stop_snapshots(self):
-            self.release()
-
-    def _give_back_unstarted(self) -> None:
-        """Closing, the pool's threads ended: a claim no thread took (made as the service
-        closed, queued behind the pool's stop) goes back to the store, due again at once for
-        any owner, instead of holding its schedule for a lease and ending as a crash."""
-        with self.lock:
-            unstarted = [f.claim for f in self.in_flight.values() if not f.started]
-        for claim in unstarted:
-            try:
-                self.store.give_back(claim)
-            except Exception as exc:
-                logger.error("%s: the run of %r at %s, claimed as the service closed, could "
-                             "not be given back (%s): its lease expires and on_crash settles "
-                             "it", self.name, claim.name, claim.fire_time.isoformat(), exc)
-                continue
-            with self.lock:
-                self.in_flight.pop((claim.name, claim.version), None)
-            logger.info("%s: the run of %r at %s, claimed as the service closed, was given "
-                        "back to the store", self.name, claim.name, claim.fire_time.isoformat())
-
     def release(self) -> None:
         """Close the store if the service opened it (from its URL)."""
         if self.owned:
@@ -641,7 +644,3 @@ class StoreLoop:
                 self.store.close()
             except Exception:
                 logger.exception("%s: closing the schedule store failed", self.name)
-
-
-def _on_crash(record: ScheduleRecord) -> Literal["drop", "rerun"]:
-    return "rerun" if record.definition.options.get("on_crash") == "rerun" else "drop"

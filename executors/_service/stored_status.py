@@ -22,6 +22,7 @@ import math
 from typing import TYPE_CHECKING
 
 from executors import _threads
+from executors._clock import SYSTEM_CLOCK
 
 from .schedule_data import StoredSchedule, iso
 from .stored_plan import trigger_for
@@ -42,7 +43,8 @@ SNAPSHOT_EVERY = 5.0
 #: what was written without the change mark (an older version of this library, a hand edit).
 WHOLE_EVERY = 300.0
 #: How long closing waits for a read in progress before leaving the store to the snapshot
-#: thread to close when the read ends (seconds).
+#: thread to close when the read ends (seconds), when the shutdown has no deadline (with one,
+#: until the deadline: a hung read is interrupted shortly before it).
 _SNAPSHOT_JOIN = 1.0
 
 
@@ -97,14 +99,17 @@ def _read_snapshots(loop: StoreLoop) -> None:
 
 def stop_snapshots(loop: StoreLoop) -> bool:
     """Stop the snapshot thread (the loop, closing): True if it has ended; False if it
-    is still reading after `_SNAPSHOT_JOIN` (it then closes the store itself)."""
+    is still reading after `_SNAPSHOT_JOIN` or at the shutdown's deadline (it then closes
+    the store itself)."""
     reader = loop.reader
     if reader is None:
         return True
     loop.reader_stop = True
     loop.read_now.set()
-    if reader.ident is not None:
-        reader.join(_SNAPSHOT_JOIN)
+    # Until the shutdown's deadline if it has one (a hung read is interrupted before it).
+    deadline = loop.deadline
+    _threads.join(reader, _SNAPSHOT_JOIN if deadline is None
+                  else max(0.0, deadline - SYSTEM_CLOCK.monotonic()))
     with loop.lock:
         loop.reader_releases = not loop.reader_done
         return loop.reader_done

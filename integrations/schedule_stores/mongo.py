@@ -12,6 +12,7 @@ never writes back a lease that a renewal moved meanwhile.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import math
@@ -68,6 +69,8 @@ _RUN = ("owner", "lease_until", "running_fire", "attempt", "claim_token")
 _FINISHED = ("version", *_RUN, "counters", "last_fire", "last_result", "last_owner")
 _GIVEN_BACK = ("version", *_RUN, "next_fire")
 _META = "executors_meta"
+#: See `MongoScheduleStore.__init__`.
+_SOCKET_TIMEOUT_MS = 30_000
 
 
 def _to_doc(record: ScheduleRecord) -> dict[str, Any]:
@@ -106,10 +109,17 @@ class MongoScheduleStore:
         self._window = 1  # see _WIDEST
         self._unreadable = Unreadable()
         ms = int(connect_timeout * 1000)
+        # A socket timeout (the URL's own wins): an operation here takes milliseconds, a whole
+        # read of 100,000 records seconds; a server that has not answered for a lease (30 s by
+        # default) has held up the loop past its renewals, and the operation fails, reported
+        # and retried, instead of waiting for ever (pymongo's default).
+        timeouts: dict[str, Any] = {"serverSelectionTimeoutMS": ms, "connectTimeoutMS": ms}
+        if "sockettimeoutms" not in url.lower():
+            timeouts["socketTimeoutMS"] = _SOCKET_TIMEOUT_MS
         failure: Exception | None = None
         try:
             self._client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
-                url, serverSelectionTimeoutMS=ms, connectTimeoutMS=ms)
+                url, **timeouts)
         except (InvalidURI, ValueError, TypeError) as exc:
             # pymongo could not read the URL (InvalidURI, or an option's value it refuses):
             # its message may quote a part of it.
@@ -359,6 +369,19 @@ class MongoScheduleStore:
         once. (Other changes are seen by polling: change streams are not used.) Returns the
         function that stops it."""
         return self._owners.watch(callback)
+
+    def interrupt(self) -> None:
+        """Make the operations in progress fail (within half a second: pymongo checks for a
+        cancellation that often while it waits for a reply) and close the client. From any
+        thread. The interruption is pymongo's own, the one its monitor uses when a server
+        stops answering its heartbeats (interruptInUseConnections of the CMAP spec); it has
+        no public entry, so it is reached through the client's topology, and closing the
+        client is what remains if that changes."""
+        topology = getattr(self._client, "_topology", None)
+        for server in list(getattr(topology, "_servers", {}).values()):
+            with contextlib.suppress(Exception):
+                server.pool.reset(interrupt_connections=True)
+        self._client.close()
 
     def close(self) -> None:
         self._owners.release()

@@ -35,6 +35,7 @@ from typing import Any, final
 
 import psycopg
 
+from executors import _threads
 from executors._service.store import (
     FORMAT_VERSION,
     Claim,
@@ -69,6 +70,40 @@ _LISTEN_BACKOFF_FIRST = 0.1
 _LISTEN_BACKOFF_MAX = 5.0
 #: How long a listener waits without a notification before it checks its connection (seconds).
 _LISTEN_CHECK_EVERY = 10.0
+
+#: The server-side bounds of every session of this store (milliseconds), sent as libpq
+#: ``options``; a URL's own ``options`` (or ``PGOPTIONS``) come after them and win.
+_SESSION = {
+    # A statement here takes milliseconds, a whole read of 100,000 records a few seconds;
+    # one still running after a lease (30 s by default) has held up the loop past its
+    # renewals: cancelled, reported, retried.
+    "statement_timeout": 30_000,
+    # A claim skips locked rows; a declaration, completion or control operation waits for
+    # one row another transaction of a store holds for milliseconds. Held 10 s (the renewal
+    # period), its holder is stuck: give up and retry rather than queue behind it.
+    "lock_timeout": 10_000,
+    # A transaction here waits on its client only while a claim plans (bounded); one idle a
+    # lease long is a client stopped or cut off with rows locked: the server ends it.
+    "idle_in_transaction_session_timeout": 30_000,
+}
+#: TCP bounds (libpq parameters; a URL's own win): a dead host or a cut network is noticed
+#: within 25 s of silence (keepalives after 10 s idle, every 5 s, 3 unanswered) and data left
+#: unacknowledged for 20 s ends the connection: both under the lease. A server process that
+#: is stopped but whose host answers (SIGSTOP) is not caught by these (its kernel acknowledges
+#: the traffic); the service reports such a hung call and interrupts it at shutdown.
+_TCP = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
+        "keepalives_count": 3, "tcp_user_timeout": 20_000}
+
+
+def _connect(url: str, connect_timeout: int, **extra: Any) -> psycopg.Connection[Any]:
+    """A connection to `url` with this store's TCP and session bounds (`_TCP`, `_SESSION`)."""
+    given = psycopg.conninfo.conninfo_to_dict(url)
+    params: dict[str, Any] = {k: v for k, v in _TCP.items() if k not in given
+                              and (k != "tcp_user_timeout" or psycopg.pq.version() >= 120000)}
+    ours = " ".join(f"-c {k}={v}" for k, v in _SESSION.items())
+    theirs = given.get("options") or os.environ.get("PGOPTIONS")
+    params["options"] = f"{ours} {theirs}" if theirs else ours
+    return psycopg.connect(url, connect_timeout=connect_timeout, **params, **extra)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS executors_meta (
@@ -282,7 +317,7 @@ class PostgresScheduleStore:
         conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
         # A connection never crosses a fork: a forked child opens its own.
         if conn is None or conn.closed or getattr(self._local, "pid", None) != os.getpid():
-            conn = psycopg.connect(self._url, connect_timeout=self._connect_timeout)
+            conn = _connect(self._url, self._connect_timeout)
             self._local.conn = conn
             self._local.pid = os.getpid()
             with self._lock:
@@ -476,13 +511,25 @@ class PostgresScheduleStore:
         (re)connects, as changes may have been missed while it was not listening. A lost
         connection is opened again with a backoff (0.1 s doubling to 5 s), logged once per
         loss. Returns the function that stops it (waits up to a second for its thread, which
-        is a daemon); `close` stops every listener of the store.
+        is a daemon, and names it as its ``thread``); `close` stops every listener of the
+        store.
         """
         listener = _Listener(self._url, self.channel, callback, self._connect_timeout)
         with self._lock:
             self._listeners.append(listener)
         listener.start()
-        return listener.close
+        return listener
+
+    def interrupt(self) -> None:
+        """Make every call in progress on this store's connections (and its listeners') fail
+        at once, from any thread: their sockets are shut down under them. A server that is
+        stopped answers no cancel request, so cutting the socket is the one way out; the
+        connection is not freed here (libpq's state belongs to the thread using it), it fails
+        in that thread, which closes it."""
+        with self._lock:
+            connections = [*self._connections, *(x.conn for x in self._listeners if x.conn)]
+        for conn in connections:
+            _cut(conn)
 
     def close(self) -> None:
         with contextlib.suppress(psycopg.Error):
@@ -494,6 +541,16 @@ class PostgresScheduleStore:
             listener.close()
         for conn in connections:
             conn.close()
+
+
+def _cut(conn: psycopg.Connection[Any]) -> None:
+    """Shut down `conn`'s socket (a duplicate of its descriptor: the same socket)."""
+    try:
+        fd = os.dup(conn.fileno())
+    except (OSError, psycopg.Error):
+        return  # closed already
+    with socket.socket(fileno=fd) as sock, contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 @final
@@ -512,9 +569,13 @@ class _Listener:
         self._pid = os.getpid()
         self.thread = threading.Thread(target=self._run, name=f"{channel}-listener",
                                        daemon=True)
+        self.conn: psycopg.Connection[Any] | None = None  # the one in use (for `interrupt`)
 
     def start(self) -> None:
         self.thread.start()
+
+    def __call__(self) -> None:
+        self.close()
 
     def close(self) -> None:
         if self._stop.is_set():
@@ -526,9 +587,9 @@ class _Listener:
             self._wake_w.send(b"x")
         except OSError:
             pass  # its end is closed: nothing to wake
-        if self.thread.ident is not None and self.thread is not threading.current_thread():
-            self.thread.join(1.0)
-        if not self.thread.is_alive():
+        # The service's shutdown waits for this thread too: one joiner at a time.
+        _threads.join(self.thread, 1.0)
+        if not _threads.alive(self.thread):
             self._wake_r.close()
             self._wake_w.close()
 
@@ -538,9 +599,8 @@ class _Listener:
         while not self._stop.is_set():
             try:
                 # Named, so that an operator sees what the extra connection is.
-                conn = psycopg.connect(self._url, autocommit=True,
-                                       connect_timeout=self._connect_timeout,
-                                       application_name="executors schedule listener")
+                conn = _connect(self._url, self._connect_timeout, autocommit=True,
+                                application_name="executors schedule listener")
             except psycopg.Error:
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, _LISTEN_BACKOFF_MAX)
@@ -548,6 +608,7 @@ class _Listener:
             if self._stop.is_set():  # closed while connecting: no call after close()
                 conn.close()
                 return
+            self.conn = conn
             try:
                 with conn:
                     conn.execute(f'LISTEN "{self._channel}"')

@@ -352,6 +352,8 @@ def _lose_and_restore(store: ScheduleStore, down: Callable[[], object],
         assert svc.status().healthy
         down()
         wait_until(lambda: not svc.status().healthy, 30)
+        # A call hanging past a third of the lease reads unhealthy before one fails.
+        wait_until(lambda: svc.status().store.store_errors >= 1, 30)  # type: ignore[union-attr]
         status = svc.status().store
         assert status is not None and status.last_error and status.store_errors >= 1
         before = len(stored_jobs.SEEN)
