@@ -171,6 +171,9 @@ class StoreStatus:
     #: ``(name, reason)`` of each record that could not be read (skipped, the others run;
     #: declaring the name again writes over it).
     corrupt: tuple[tuple[str, str], ...] = ()
+    #: Records this process does not declare whose target ``serve=`` refused: each counted
+    #: (and logged) once per record and target, never claimed, imported or run here.
+    refused: int = 0
 
 
 # -- a job's link to the store ------------------------------------------------------------------
