@@ -208,3 +208,23 @@ def test_a_slow_plan_gives_its_claims_a_full_lease_from_their_write(
     record = store.get("a")
     assert record is not None and record.lease_until == claim.lease_until
     assert claim.lease_until >= read[0] + dt.timedelta(seconds=30.3)
+
+
+def test_a_claim_walks_the_partial_indexes_in_order_and_sorts_nothing(
+        store: SQLiteScheduleStore) -> None:
+    """A claim's reads (expired leases, then due records, of the declared names) are ordered
+    walks of the partial indexes that stop at the batch's limit: no temporary b-tree sorts
+    every due record, and the declared names are tested row by row (a lookup in the
+    connection's table), not looked up one by one and sorted."""
+    from executors._service import sqlite_schedules as sq
+    from executors._service.claimable import Claimable
+
+    declare(store, "a", due=True)
+    conn = store._conn()
+    where, _ = store._only(conn, Claimable(frozenset({"a"})))
+    plans = {name: " | ".join(row[3] for row in conn.execute(
+        "EXPLAIN QUERY PLAN " + sql.format(where=where), (0.0, 100)))
+        for name, sql in (("expired", sq._EXPIRED), ("due", sq._DUE))}
+    assert "executors_schedules_running" in plans["expired"], plans
+    assert "executors_schedules_due" in plans["due"], plans
+    assert not any("TEMP B-TREE" in plan or "SCAN" in plan for plan in plans.values()), plans

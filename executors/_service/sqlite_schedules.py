@@ -106,6 +106,13 @@ _UPDATE_STATE = ("UPDATE executors_schedules SET paused = ?, next_fire = ?, vers
 # The names a claimer declares (`Claimable.names`), in a table of its own connection.
 _CLAIMABLE_TABLE = ("CREATE TEMP TABLE IF NOT EXISTS executors_claimable "
                     "(name TEXT PRIMARY KEY) WITHOUT ROWID")
+# What a claim reads: the runs whose lease expired, then the idle due records, each an ordered
+# walk of a partial index that stops at the limit; `{where}` leaves out what the claimer does
+# not admit (`_only`) and the records found unreadable.
+_EXPIRED = (f"SELECT {_COLUMNS} FROM executors_schedules WHERE running_fire IS NOT NULL "
+            "AND lease_until < ?{where} ORDER BY lease_until LIMIT ?")
+_DUE = (f"SELECT {_COLUMNS} FROM executors_schedules WHERE paused = 0 "
+        "AND running_fire IS NULL AND next_fire <= ?{where} ORDER BY next_fire LIMIT ?")
 #: A claim whose plan took longer than this (seconds) starts its leases when it is written,
 #: not when its records were read.
 _REBASE_AFTER = 1.0
@@ -455,13 +462,15 @@ class SQLiteScheduleStore:
         now = self._now(conn)
         read_at = time.monotonic()
         mark, skip = self._unreadable.mark(), self._unreadable.names()
-        # Due records first, then runs whose lease expired (to settle them once).
-        rows = conn.execute(
-            f"SELECT {_COLUMNS} FROM executors_schedules "
-            "WHERE ((paused = 0 AND running_fire IS NULL AND next_fire <= ?) "
-            "   OR (running_fire IS NOT NULL AND lease_until < ?))"
-            f"{admitted}{_not_in(skip)} ORDER BY COALESCE(running_fire, next_fire) LIMIT ?",
-            (to_epoch(now), to_epoch(now), *admitted_params, *skip, limit)).fetchall()
+        # Runs whose lease expired (to settle them once), then the due records, earliest
+        # first: two ordered walks of partial indexes that stop at `limit` (one query with an
+        # OR would sort every due record, every claim).
+        at, where = to_epoch(now), admitted + _not_in(skip)
+        rows = conn.execute(_EXPIRED.format(where=where),
+                            (at, *admitted_params, *skip, limit)).fetchall()
+        if len(rows) < limit:
+            rows += conn.execute(_DUE.format(where=where), (
+                at, *admitted_params, *skip, limit - len(rows))).fetchall()
         items: list[tuple[tuple[Any, ...], ScheduleRecord, ScheduleRecord, Claim | None]] = []
         for row in rows:
             try:
