@@ -529,3 +529,24 @@ def test_pausing_a_stored_schedule_while_its_run_is_in_flight_loses_no_lease(
     finally:
         stored_jobs.GATE_OPEN.set()
         store.close()
+
+
+def test_two_deploys_on_one_store_each_run_their_own_arguments_and_write_back_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A deploy in progress: two services declare one schedule with different arguments.
+    Each runs its own code's arguments (never the other's, whatever the record holds), and
+    each writes its definition back once (REPAIR_AGAIN), not at every claim."""
+    from executors._service import stored_trust
+
+    old, new = tmp_path / "old.log", tmp_path / "new.log"
+    store = MemoryStore()
+    with caplog.at_level(logging.WARNING, "executors.service"), \
+            BackgroundService("old", store=store) as a, BackgroundService("new", store=store) as b:
+        jobs = {path: svc.schedule(Interval(0.02), stored_jobs.append, str(path), name="job")
+                for svc, path in ((a, old), (b, new))}
+        wait_until(lambda: all(p.exists() and len(p.read_text().splitlines()) >= 10
+                               for p in (old, new)), 10)
+    assert stored_trust.REPAIR_AGAIN >= 60
+    assert 1 <= caplog.text.count("differs from this process's declaration") <= 2
+    for path, job in jobs.items():  # every run of each service wrote to its own file
+        assert len(path.read_text().splitlines()) == job.statistics().runs

@@ -5,10 +5,10 @@ The loop (`executors._service.stored`) gives every claim its `Claimable` (the na
 process declares, and the allowlist), so the store reads nothing else. What comes back is
 checked again here before it runs: a declared schedule runs the code's function, arguments,
 trigger and policies whatever its record says, and a record that differs from the declaration
-(rewritten in the store, or a deploy in progress) is written back, once per stored definition,
-logged and announced (``ScheduleChanged``, by the declaration). Records of other targets are
-never imported; with an allowlist, those it refuses are logged once each and counted
-(`StoreStatus.refused`).
+(rewritten in the store, or a deploy in progress) is written back, once per stored definition
+in `REPAIR_AGAIN`, logged and announced (``ScheduleChanged``, by the declaration). Records of
+other targets are never imported; with an allowlist, those it refuses are logged once each and
+counted (`StoreStatus.refused`).
 """
 
 from __future__ import annotations
@@ -26,14 +26,18 @@ if TYPE_CHECKING:
     from .stored import StoreLoop
     from .wallclock import TriggerLike
 
-__all__ = ("Trust", "admit", "claimable", "declaration", "give_back", "note_refused",
-           "on_crash_of")
+__all__ = ("REPAIR_AGAIN", "Trust", "admit", "claimable", "declaration", "give_back",
+           "note_refused", "on_crash_of")
 
 logger = logging.getLogger("executors.service")
 
 #: The most (name, stored definition) pairs remembered as repaired or refused: past it the
 #: memory starts again (a pair met again is then logged once more).
 _REMEMBERED = 10_000
+#: Seconds before a stored definition written back once is written back again if met again:
+#: two deploys serving one store each write theirs back once, not on every claim, and the one
+#: still running after the other stopped restores its own within this bound.
+REPAIR_AGAIN = 600.0
 
 
 @dataclasses.dataclass(slots=True)
@@ -44,8 +48,9 @@ class Trust:
     claimable: Claimable
     #: The loop's declared names changed since `claimable` was made (set under its lock).
     renamed: bool = True
-    #: ``(name, stored digest)`` of the records written back (`_repair`).
-    repaired: set[tuple[str, str]] = dataclasses.field(default_factory=set)
+    #: ``(name, stored digest)`` of the records written back (`_repair`), and when
+    #: (monotonic).
+    repaired: dict[tuple[str, str], float] = dataclasses.field(default_factory=dict)
     #: ``(name, target)`` of the records the allowlist refused, and how many.
     refused_seen: set[tuple[str, str]] = dataclasses.field(default_factory=set)
     refused: int = 0
@@ -107,18 +112,19 @@ def _differences(stored: ScheduleDefinition, declared: ScheduleDefinition) -> st
 
 def _repair(loop: StoreLoop, stored: ScheduleDefinition, declared: ScheduleDefinition,
             job: Job) -> None:
-    """Log once per stored definition, and declare `declared` again (the loop's next pass):
-    two deploys serving one store at once each write theirs back once, then stop."""
+    """Log once per stored definition (per `REPAIR_AGAIN`), and declare `declared` again (the
+    loop's next pass)."""
     try:
         key = (stored.name, stored.digest())
     except ValueError:  # not JSON (written by hand)
         key = (stored.name, repr(stored.as_data()))
     repaired = loop.trust.repaired
-    if key in repaired:
+    now = loop.scheduler.clock.monotonic()
+    if now - repaired.get(key, -REPAIR_AGAIN) < REPAIR_AGAIN:
         return
     if len(repaired) >= _REMEMBERED:
         repaired.clear()
-    repaired.add(key)
+    repaired[key] = now
     logger.warning("%s: the stored definition of schedule %r differs from this process's "
                    "declaration (%s): the record was rewritten in %s, or a deploy is in "
                    "progress. This process runs its own declaration and writes it back",
