@@ -544,8 +544,9 @@ def test_two_deploys_on_one_store_each_run_their_own_arguments_and_write_back_on
             BackgroundService("old", store=store) as a, BackgroundService("new", store=store) as b:
         jobs = {path: svc.schedule(Interval(0.02), stored_jobs.append, str(path), name="job")
                 for svc, path in ((a, old), (b, new))}
-        wait_until(lambda: all(p.exists() and len(p.read_text().splitlines()) >= 10
-                               for p in (old, new)), 10)
+        # One record: each fire time runs in one of them, whichever claims it first.
+        wait_until(lambda: all(p.exists() and len(p.read_text().splitlines()) >= 3
+                               for p in (old, new)), 30)
     assert stored_trust.REPAIR_AGAIN >= 60
     assert 1 <= caplog.text.count("differs from this process's declaration") <= 2
     for path, job in jobs.items():  # every run of each service wrote to its own file
