@@ -23,6 +23,7 @@ from typing_extensions import Unpack
 
 from . import _validate, registry
 from ._clock import SYSTEM_CLOCK, Clock, SystemClock
+from ._service.claimable import parse_serve
 from ._service.events import (
     ClockChanged,
     LeaseLost,
@@ -171,8 +172,9 @@ class BackgroundService:
         store: where `schedule` and `cron` jobs are kept: a URL (``"sqlite:///jobs.db"``,
             ``"mongodb://host/db"``, ``"postgresql://..."``, ``"memory:"``) or a store
             object; None (default): in memory, as `every` jobs. Schedules in a store
-            survive restarts and are served by every process that points at it, each fire
-            time claimed by one (see the Schedules page, "Many processes, one store").
+            survive restarts and are served by every process that points at it and declares
+            them, each fire time claimed by one, run with the function and arguments of the
+            code (see the Schedules page, "Many processes, one store").
             A URL that cannot be reached raises ConnectionError here, naming it (password
             hidden).
         store_lease: seconds a claimed run's lease lasts on the store's clock (renewed every
@@ -180,6 +182,13 @@ class BackgroundService:
             process's run holds its schedule before ``on_crash`` settles it. A store call
             in progress longer than that renewal period makes `status()` unhealthy
             (``status().store.blocked``).
+        serve: records of the store that this process's code does not declare, written by
+            another service or program, that it may run all the same: an allowlist of their
+            targets, ``("pkg.module:function", "pkg.jobs:*")`` (``:*``: every function of
+            that module). None (default): only the schedules this code declares run here,
+            with the function and arguments of this code, whatever the store holds; a
+            refused record is logged once and counted (`StoreStatus.refused`). Whoever can
+            write the store can run any function the allowlist admits, with any arguments.
 
     Raises:
         TypeError, ValueError: a bad argument, naming it.
@@ -208,6 +217,7 @@ class BackgroundService:
         fork_policy: ForkPolicy = "lazy",
         store: str | ScheduleStore | None = None,
         store_lease: float = 30.0,
+        serve: tuple[str, ...] | None = None,
     ) -> None:
         if name is not None and not isinstance(name, str):
             raise TypeError(f"name must be a str or None, got {type(name).__name__}")
@@ -219,6 +229,9 @@ class BackgroundService:
         if fork_policy not in ("lazy", "eager", "stop"):
             raise ValueError(f"fork_policy must be 'lazy', 'eager' or 'stop', got {fork_policy!r}")
         inline_below = _validate.seconds(inline_below, "inline_below")
+        allowed = parse_serve(serve)
+        if any(allowed) and store is None:
+            raise ValueError("serve= admits records of a store: give store= too")
         clock = clock if clock is not None else SYSTEM_CLOCK
         if slack is None:
             # A test clock keeps exact due times; the real clock serves neighbours together.
@@ -249,8 +262,8 @@ class BackgroundService:
             owned = isinstance(store, str)
             lease = _validate.seconds(store_lease, "store_lease", allow_zero=False)
             opened = open_store(store) if isinstance(store, str) else check_store(store)
-            self._store = scheduler.store_loop = StoreLoop(self._name, opened, scheduler,
-                                                           owned=owned, lease=lease)
+            self._store = scheduler.store_loop = StoreLoop(
+                self._name, opened, scheduler, owned=owned, lease=lease, serve=allowed)
 
     # -- lifecycle --------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -444,17 +445,17 @@ def test_a_forked_child_serves_the_store_as_another_owner(db: str) -> None:
         assert in_forked_child(child) is True
 
 
-def test_a_schedule_no_process_here_declares_still_runs_and_changes_travel_within_the_poll(
-        db: str) -> None:
-    """A schedule declared by another (gone) process runs here when its target imports; a
-    run-now written by another process (another store object: the CLI's way) is seen within
-    the poll bound (1 s) plus a run."""
+def test_a_record_serve_admits_runs_here_and_changes_travel_within_the_poll(db: str) -> None:
+    """A schedule declared by another (gone) process, its target admitted by ``serve=``,
+    runs here; a run-now written by another process (another store object: the CLI's way)
+    is seen within the poll bound (1 s) plus a run. Without ``serve=`` the same run-now runs
+    nothing here."""
     import time
 
     with BackgroundService("gone", store=db) as svc:
         svc.schedule(Interval(3600), stored_jobs.seen, "u", name="hourly")
     other = SQLiteScheduleStore(db[10:])
-    with BackgroundService("here", store=db) as svc:
+    with BackgroundService("here", store=db, serve=("helpers.stored_jobs:seen",)) as svc:
         wait_until(lambda: len(svc.status().store.schedules) == 1, 10)  # type: ignore[union-attr]
         began = time.monotonic()
         assert other.set_next_fire("hourly", other.now())
@@ -462,7 +463,31 @@ def test_a_schedule_no_process_here_declares_still_runs_and_changes_travel_withi
         assert time.monotonic() - began < 1.0 + 1.0  # the poll bound, and a margin for the run
     record = other.get("hourly")
     assert record is not None and record.counters["runs"] == 1 and record.last_result == "ok"
+    with BackgroundService("default", store=db) as svc:
+        tick = svc.schedule(Interval(0.05), stored_jobs.seen, "t", name="tick")
+        assert other.set_next_fire("hourly", other.now())
+        wait_until(lambda: tick.statistics().runs >= 5, 10)  # passes of its loop
+    record = other.get("hourly")
+    assert record is not None and record.counters["runs"] == 1 and record.owner is None
+    assert [tag for tag, _, _ in stored_jobs.SEEN].count("u") == 1
     other.close()
+
+
+def test_serve_is_checked_where_it_is_given_naming_the_argument(db: str) -> None:
+    """``serve=`` takes a tuple of "module:function" or "module:*" targets, with a store; a
+    lone string, a non-string entry, a bare "*" or a package wildcard is refused, naming
+    it."""
+    with pytest.raises(TypeError, match=r"serve must be a tuple.*one target as"):
+        BackgroundService(store=db, serve="pkg.jobs:refresh")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="serve entries must be strings"):
+        BackgroundService(store=db, serve=(len,))  # type: ignore[arg-type]
+    for bad in ("*", "pkg.*", "os", ":f", "pkg.jobs:", "pkg jobs:f", "pkg.jobs:f*"):
+        with pytest.raises(ValueError, match=re.escape(f"serve entry {bad!r} is not")):
+            BackgroundService(store=db, serve=(bad,))
+    with pytest.raises(ValueError, match="serve= admits records of a store: give store="):
+        BackgroundService(serve=("pkg.jobs:refresh",))
+    for good in (("pkg.jobs:refresh", "pkg.tasks:*", "m:Cls.method"), ()):
+        BackgroundService(store=db, serve=good).shutdown()
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
@@ -504,3 +529,25 @@ def test_pausing_a_stored_schedule_while_its_run_is_in_flight_loses_no_lease(
     finally:
         stored_jobs.GATE_OPEN.set()
         store.close()
+
+
+def test_two_deploys_on_one_store_each_run_their_own_arguments_and_write_back_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A deploy in progress: two services declare one schedule with different arguments.
+    Each runs its own code's arguments (never the other's, whatever the record holds), and
+    each writes its definition back once (REPAIR_AGAIN), not at every claim."""
+    from executors._service import stored_trust
+
+    old, new = tmp_path / "old.log", tmp_path / "new.log"
+    store = MemoryStore()
+    with caplog.at_level(logging.WARNING, "executors.service"), \
+            BackgroundService("old", store=store) as a, BackgroundService("new", store=store) as b:
+        jobs = {path: svc.schedule(Interval(0.02), stored_jobs.append, str(path), name="job")
+                for svc, path in ((a, old), (b, new))}
+        # One record: each fire time runs in one of them, whichever claims it first.
+        wait_until(lambda: all(p.exists() and len(p.read_text().splitlines()) >= 3
+                               for p in (old, new)), 30)
+    assert stored_trust.REPAIR_AGAIN >= 60
+    assert 1 <= caplog.text.count("differs from this process's declaration") <= 2
+    for path, job in jobs.items():  # every run of each service wrote to its own file
+        assert len(path.read_text().splitlines()) == job.statistics().runs

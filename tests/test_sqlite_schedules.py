@@ -11,7 +11,8 @@ import sqlite3
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -330,3 +331,104 @@ def test_the_two_sqlite_forms_name_a_relative_and_an_absolute_file() -> None:
     assert sqlite_path("sqlite:////srv/jobs.db") == "/srv/jobs.db"
     assert sqlite_path("SQLite:///jobs.db") == "jobs.db"
 
+
+def _claim_while_planning(store: SQLiteScheduleStore, during: Callable[[], object]
+                          ) -> list[str]:
+    """Claim on a thread whose planner is stuck (a trigger search that takes long) until
+    `during()` has run; the names claimed."""
+    entered, release = threading.Event(), threading.Event()
+    result: list[list[str]] = []
+
+    def planner(record: ScheduleRecord, now: dt.datetime) -> Plan:
+        entered.set()
+        assert release.wait(10)
+        return next_period(record, now)
+
+    claimer = threading.Thread(target=lambda: result.append(sorted(c.name for c in store.claim(
+        "p1", lease=30.0, limit=100, planner=planner, on_crash=drop))))  # type: ignore[arg-type]
+    claimer.start()
+    try:
+        assert entered.wait(10)
+        during()
+    finally:
+        release.set()
+        claimer.join(10)
+    return result[0]
+
+
+def test_a_slow_plan_holds_no_lock_other_connections_write_meanwhile(
+        store: SQLiteScheduleStore, tmp_path: Path) -> None:
+    """A claim plans with no lock held: while its planner is stuck, another connection takes
+    the file's write lock at once (``BEGIN IMMEDIATE`` with no busy wait) and writes; the
+    claim then writes its plan, conditional on the record being as read."""
+    declare(store, "a", due=True)
+    declare(store, "b", due=True)
+
+    def write() -> None:
+        with contextlib.closing(sqlite3.connect(tmp_path / "jobs.db", timeout=0,
+                                                isolation_level=None)) as other:
+            other.execute("BEGIN IMMEDIATE")  # "database is locked" if the claim held it
+            other.execute("UPDATE executors_meta SET value = value WHERE key = 'format'")
+            other.execute("COMMIT")
+
+    assert _claim_while_planning(store, write) == ["a", "b"]
+
+
+def test_a_record_written_while_its_claim_plans_is_left_as_written(
+        store: SQLiteScheduleStore, tmp_path: Path) -> None:
+    """The claim's write is conditional on the row as read (version and lease): a record
+    paused by another process while the claim planned is not claimed (it stays paused, no
+    owner); the other due record, untouched, is."""
+    declare(store, "a", due=True)
+    declare(store, "b", due=True)
+    other = SQLiteScheduleStore(str(tmp_path / "jobs.db"))
+    assert _claim_while_planning(store, lambda: other.set_paused("a", True)) == ["b"]
+    paused = other.get("a")
+    assert paused is not None and paused.paused and paused.owner is None
+    assert paused.running_fire is None
+    other.close()
+
+
+def test_a_slow_plan_gives_its_claims_a_full_lease_from_their_write(
+        store: SQLiteScheduleStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan that took longer than the bound starts its leases at the write, not at the
+    read: a claim planned for 0.3 s (past a bound made 0.1 s) holds its full 30 s from the
+    write, and the claim and the record agree."""
+    from executors._service import sqlite_schedules
+    from executors.testing import wait_until
+
+    monkeypatch.setattr(sqlite_schedules, "_REBASE_AFTER", 0.1)
+    declare(store, "a", due=True)
+    read: list[dt.datetime] = []
+
+    def slow(record: ScheduleRecord, now: dt.datetime) -> Plan:
+        read.append(now)
+        # A trigger search that takes 0.3 s of the store's clock.
+        wait_until(lambda: store.now() >= now + dt.timedelta(seconds=0.3), 5)
+        return next_period(record, now)
+
+    (claim,) = store.claim("p1", lease=30.0, limit=100, planner=slow,
+                           on_crash=drop)  # type: ignore[arg-type]
+    record = store.get("a")
+    assert record is not None and record.lease_until == claim.lease_until
+    assert claim.lease_until >= read[0] + dt.timedelta(seconds=30.3)
+
+
+def test_a_claim_walks_the_partial_indexes_in_order_and_sorts_nothing(
+        store: SQLiteScheduleStore) -> None:
+    """A claim's reads (expired leases, then due records, of the declared names) are ordered
+    walks of the partial indexes that stop at the batch's limit: no temporary b-tree sorts
+    every due record, and the declared names are tested row by row (a lookup in the
+    connection's table), not looked up one by one and sorted."""
+    from executors._service import sqlite_schedules as sq
+    from executors._service.claimable import Claimable
+
+    declare(store, "a", due=True)
+    conn = store._conn()
+    where, _ = store._only(conn, Claimable(frozenset({"a"})))
+    plans = {name: " | ".join(row[3] for row in conn.execute(
+        "EXPLAIN QUERY PLAN " + sql.format(where=where), (0.0, 100)))
+        for name, sql in (("expired", sq._EXPIRED), ("due", sq._DUE))}
+    assert "executors_schedules_running" in plans["expired"], plans
+    assert "executors_schedules_due" in plans["due"], plans
+    assert not any("TEMP B-TREE" in plan or "SCAN" in plan for plan in plans.values()), plans

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable
 from typing import final
 
+from .claimable import Claimable
 from .store import (
     UTC,
     Claim,
@@ -29,6 +30,7 @@ from .store import (
     new_record,
     redeclared,
     settle_claim,
+    unchanged,
 )
 
 __all__ = ("MemoryStore",)
@@ -59,7 +61,7 @@ class MemoryStore:
         digest = definition.digest()
         with self._lock:
             old = self._records.get(definition.name)
-            if old is not None and old.digest == digest:
+            if old is not None and unchanged(old, definition, digest):
                 return Declared(old, "unchanged")
             next_fire = first_fire(self.now())
             record = new_record(definition, next_fire) if old is None else \
@@ -68,33 +70,41 @@ class MemoryStore:
             return Declared(record, "added" if old is None else "changed")
 
     def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
-              on_crash: Callable[[ScheduleRecord], OnCrash]) -> list[Claim]:
-        claims: list[Claim] = []
+              on_crash: Callable[[ScheduleRecord], OnCrash],
+              only: Claimable | None = None) -> list[Claim]:
         token = uuid.uuid4().hex  # the batch's: unique with each record's name
         with self._lock:
             now = self.now()
-            due = sorted((r for r in self._records.values() if _maybe_due(r, now)),
-                         key=_due_key)
-            # Written once all are settled: a planner or on_crash that raises leaves the
-            # store as it was (as the other stores' transactions do).
-            writes = []
-            for record in due:
-                if len(claims) >= limit:
-                    break
-                settled = settle_claim(record, owner, now, lease, planner, on_crash, token)
-                if settled is None:
-                    continue
-                writes.append(settled[0])
-                if settled[1] is not None:
-                    claims.append(settled[1])
-            for written in writes:
-                self._records[written.name] = written
+            due = sorted((r for r in self._records.values()
+                          if _maybe_due(r, now) and _admitted(r, only)), key=_due_key)
+        # Planned outside the lock (a slow trigger search never holds the store), then each
+        # written if its record is still the one planned (records are replaced, never
+        # changed in place: any write since makes another object). Written once all are
+        # settled: a planner or on_crash that raises leaves the store as it was (as the other
+        # stores' transactions do).
+        settled: list[tuple[ScheduleRecord, ScheduleRecord, Claim | None]] = []
+        planned = 0
+        for record in due:
+            if planned >= limit:
+                break
+            result = settle_claim(record, owner, now, lease, planner, on_crash, token)
+            if result is not None:
+                settled.append((record, *result))
+                planned += result[1] is not None
+        claims: list[Claim] = []
+        with self._lock:
+            for was, record, claim in settled:
+                if self._records.get(record.name) is was:
+                    self._records[record.name] = record
+                    if claim is not None:
+                        claims.append(claim)
         return claims
 
-    def next_due(self) -> tuple[dt.datetime, dt.datetime | None]:
+    def next_due(self, only: Claimable | None = None
+                 ) -> tuple[dt.datetime, dt.datetime | None]:
         with self._lock:
             now = self.now()
-            return now, earliest_due(self._records.values())
+            return now, earliest_due(r for r in self._records.values() if _admitted(r, only))
 
     def renew(self, claim: Claim, lease: float) -> bool:
         with self._lock:
@@ -162,6 +172,10 @@ def _maybe_due(record: ScheduleRecord, now: dt.datetime) -> bool:
     if record.paused:
         return False
     return record.next_fire is not None and record.next_fire <= now
+
+
+def _admitted(record: ScheduleRecord, only: Claimable | None) -> bool:
+    return only is None or only.admits(record.name, record.definition.target)
 
 
 def _due_key(record: ScheduleRecord) -> tuple[float, str]:

@@ -202,6 +202,9 @@ class StoreStatus:
     #: of the lease, at most 10 s): ``"store call blocked 12 s (claim on svc-store)"``; the
     #: store is then unhealthy (`healthy` is False) though no call has failed yet.
     blocked: str | None = None
+    #: Records this process does not declare whose target ``serve=`` refused: each counted
+    #: (and logged) once per record and target, never claimed, imported or run here.
+    refused: int = 0
 
 
 # -- a job's link to the store ------------------------------------------------------------------

@@ -1,11 +1,16 @@
 """The SQLite schedule store: one file, several processes, the stdlib's sqlite3 (WAL).
 
-Every claim is one ``BEGIN IMMEDIATE`` transaction: it takes the file's write lock, reads the
-due records with the time SQLite itself reads (``julianday('now')``: the C library's clock in
-this process, not a Python-level one that freezegun may shift; processes on one machine share
-it, a faked one such as libfaketime's or the wall-skew test hook shifts it), writes each claim
-as an update conditional on the record's version, and commits. Two processes never hold the write
-lock at once, so of any number racing for one fire time exactly one moves the record forward.
+A claim reads the due records with the time SQLite itself reads (``julianday('now')``: the C
+library's clock in this process, not a Python-level one that freezegun may shift; processes
+on one machine share it, a faked one such as libfaketime's or the wall-skew test hook shifts
+it) and plans them with no lock held (a slow trigger search never holds the file: the read is
+a WAL snapshot, which no writer waits for). Then one short ``BEGIN IMMEDIATE`` transaction writes
+each claim as an update conditional on the record being as it was read (its version and its
+lease), and commits. Two processes never hold the write lock at once, so of any number racing
+for one fire time exactly one moves the record forward; a record written meanwhile (claimed,
+paused, declared again, renewed) is left to the next claim. Only the records the claimer
+admits (`Claimable`: the names its code declares, kept in a temporary table of its
+connection, and its allowlist of targets) are read at all.
 
 Every write also stamps the rows it touches with a change stamp (one more than the largest
 stamp, or than the stamp of the latest removal kept in ``executors_meta``; read through an
@@ -33,6 +38,7 @@ from typing import Any, final
 
 from executors._clock import wall_skew
 
+from .claimable import Claimable
 from .owner_files import OwnerFiles
 from .sqlite_files import check_format, connect_read_only, open_file, unopenable
 from .store import (
@@ -55,6 +61,7 @@ from .store import (
     replacing,
     settle_claim,
     to_epoch,
+    unchanged,
 )
 from .unreadable import Unreadable
 
@@ -104,9 +111,25 @@ _NOW = (f"round((julianday('now') - 2440587.5) * 86400.0 + {wall_skew()!r}, 6)" 
 _COLUMNS = ("name, definition, digest, paused, next_fire, version, owner, lease_until, "
             "running_fire, attempt, state, claim_token")
 # A claim or a completion leaves the definition as it is: it writes the state columns only.
+# Conditional on the record as the claim read it: its version (a claim, completion or control
+# operation moves it) and its lease (a renewal, which leaves the version, moves that).
 _UPDATE_STATE = ("UPDATE executors_schedules SET paused = ?, next_fire = ?, version = ?, "
                  "owner = ?, lease_until = ?, running_fire = ?, attempt = ?, state = ?, "
-                 "claim_token = ?, changed = ? WHERE name = ? AND version = ?")
+                 "claim_token = ?, changed = ? WHERE name = ? AND version = ? "
+                 "AND lease_until IS ?")
+# The names a claimer declares (`Claimable.names`), in a table of its own connection.
+_CLAIMABLE_TABLE = ("CREATE TEMP TABLE IF NOT EXISTS executors_claimable "
+                    "(name TEXT PRIMARY KEY) WITHOUT ROWID")
+# What a claim reads: the runs whose lease expired, then the idle due records, each an ordered
+# walk of a partial index that stops at the limit; `{where}` leaves out what the claimer does
+# not admit (`_only`) and the records found unreadable.
+_EXPIRED = (f"SELECT {_COLUMNS} FROM executors_schedules WHERE running_fire IS NOT NULL "
+            "AND lease_until < ?{where} ORDER BY lease_until LIMIT ?")
+_DUE = (f"SELECT {_COLUMNS} FROM executors_schedules WHERE paused = 0 "
+        "AND running_fire IS NULL AND next_fire <= ?{where} ORDER BY next_fire LIMIT ?")
+#: A claim whose plan took longer than this (seconds) starts its leases when it is written,
+#: not when its records were read.
+_REBASE_AFTER = 1.0
 # `store.finish_record` in SQL (the counters live in the JSON state): the run is counted, a
 # failure too, the fire time and result become the last ones, the lease is let go. Fenced by
 # the claim's token (`store.holds`): a control operation since the claim does not refuse it.
@@ -164,12 +187,25 @@ def _record_params(record: ScheduleRecord) -> tuple[object, ...]:
             f["running_fire"], f["attempt"], _state_json(record), f["claim_token"])
 
 
-def _state_params(record: ScheduleRecord, changed: int, expect_version: int,
+def _state_params(record: ScheduleRecord, changed: int, row: tuple[Any, ...],
                   state: str) -> tuple[object, ...]:
-    """The parameters of `_UPDATE_STATE` (a record whose definition is the stored one)."""
+    """The parameters of `_UPDATE_STATE` (a record whose definition is the stored one), over
+    `row` as it was read (its raw version and lease: what the update matches)."""
     return (int(record.paused), _opt_epoch(record.next_fire), record.version, record.owner,
             _opt_epoch(record.lease_until), _opt_epoch(record.running_fire), record.attempt,
-            state, record.claim_token, changed, record.name, expect_version)
+            state, record.claim_token, changed, record.name, row[5], row[7])
+
+
+@dataclasses.dataclass(frozen=True)
+class _Planned:
+    """A claim's plans, made with no lock held, for `SQLiteScheduleStore._write_claims`."""
+
+    now: dt.datetime  # the store's clock at the read
+    read_at: float  # this process's monotonic clock at the read
+    planner: Planner
+    # Per record: the row read, its record, the record to write over it, the claim it makes
+    # (or None).
+    items: list[tuple[tuple[Any, ...], ScheduleRecord, ScheduleRecord, Claim | None]]
 
 
 def _not_in(names: list[str]) -> str:
@@ -289,8 +325,10 @@ class SQLiteScheduleStore:
                                        check_same_thread=False)
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute("PRAGMA temp_store=MEMORY")  # the claimable names: no temp file
             self._local.conn = conn
             self._local.pid = os.getpid()
+            self._local.only = None  # the names loaded into this connection's table
             with self._lock:
                 self._connections.append(conn)
         return conn
@@ -391,13 +429,15 @@ class SQLiteScheduleStore:
         return cur.rowcount == 1
 
     def _put_state(self, conn: sqlite3.Connection, record: ScheduleRecord,
-                   was: ScheduleRecord, state: str, changed: int) -> bool:
-        """Write `record`'s state (its definition is the stored one) over `was`, whose state
-        column reads `state` (written again as it is when the counters and last run agree)."""
+                   was: ScheduleRecord, row: tuple[Any, ...], changed: int) -> bool:
+        """Write `record`'s state (its definition is the stored one) over `was`, read from
+        `row`, if the row is still as read (its state column written again as it is when the
+        counters and last run agree)."""
+        state = row[10]
         if (record.counters != was.counters or record.last_fire != was.last_fire
                 or record.last_result != was.last_result or record.last_owner != was.last_owner):
             state = _state_json(record)
-        cur = conn.execute(_UPDATE_STATE, _state_params(record, changed, was.version, state))
+        cur = conn.execute(_UPDATE_STATE, _state_params(record, changed, row, state))
         return cur.rowcount == 1
 
     def declare(self, definition: ScheduleDefinition,
@@ -415,7 +455,7 @@ class SQLiteScheduleStore:
                 record = replacing(definition, first_fire(self._now(conn)), stored_version)
                 self._put(conn, record, None)
                 return Declared(record, "replaced", str(exc))
-            if old is not None and old.digest == digest:
+            if old is not None and unchanged(old, definition, digest):
                 return Declared(old, "unchanged")
             record = new_record(definition, first_fire(self._now(conn)))
             if old is None:
@@ -431,38 +471,90 @@ class SQLiteScheduleStore:
         return from_epoch(float(seconds))
 
     def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
-              on_crash: Callable[[ScheduleRecord], OnCrash]) -> list[Claim]:
+              on_crash: Callable[[ScheduleRecord], OnCrash],
+              only: Claimable | None = None) -> list[Claim]:
+        planned = self._plan(owner, lease, limit, planner, on_crash, only)
+        if not planned.items:
+            return []
         with self._write() as conn:
-            return self._claim_in(conn, owner, lease, limit, planner, on_crash)
+            return self._write_claims(conn, planned, lease)
 
     def complete_and_claim(self, finished: list[tuple[Claim, str]], owner: str, *,
                            lease: float, limit: int, planner: Planner,
-                           on_crash: Callable[[ScheduleRecord], OnCrash]
+                           on_crash: Callable[[ScheduleRecord], OnCrash],
+                           only: Claimable | None = None
                            ) -> tuple[list[bool], list[Claim]]:
         """`complete_many(finished)`, then `claim(...)`, in one transaction: the store loop's
         pass pays for one commit, not two (a commit costs more than a claimed row). Either
-        both are written or neither (the error propagates)."""
+        both are written or neither (the error propagates). The claim is planned before the
+        transaction, as `claim`'s is; a pass with nothing to write takes no lock."""
+        planned = self._plan(owner, lease, limit, planner, on_crash, only)
+        if not finished and not planned.items:
+            return [], []
         with self._write() as conn:
             done = self._complete_in(conn, finished)
-            return done, self._claim_in(conn, owner, lease, limit, planner, on_crash)
+            return done, self._write_claims(conn, planned, lease)
 
-    def _claim_in(self, conn: sqlite3.Connection, owner: str, lease: float, limit: int,
-                  planner: Planner, on_crash: Callable[[ScheduleRecord], OnCrash]
-                  ) -> list[Claim]:
-        """The claim, inside the caller's write transaction."""
-        self._end_gone_leases(conn, owner)
-        claims: list[Claim] = []
+    def _only(self, conn: sqlite3.Connection, only: Claimable | None
+              ) -> tuple[str, tuple[object, ...]]:
+        """The condition (and its parameters) admitting only what `only` admits, its names
+        loaded into this connection's temporary table first if they are not yet: a 10,000
+        names condition costs a claim nothing (a parameter list of them would be read into a
+        new index at every statement). ``+name``: SQLite walks the due index and tests each
+        row's name, instead of looking every declared name up and sorting the result."""
+        if only is None:
+            return "", ()
+        loaded: Claimable | None = self._local.only
+        if loaded is not only:
+            old = loaded.names if loaded is not None else frozenset()
+            conn.execute(_CLAIMABLE_TABLE)
+            conn.execute("BEGIN")  # the temporary database only: the file is not locked
+            try:
+                if loaded is None:
+                    conn.execute("DELETE FROM temp.executors_claimable")
+                conn.executemany("DELETE FROM temp.executors_claimable WHERE name = ?",
+                                 [(name,) for name in old - only.names])
+                conn.executemany("INSERT OR IGNORE INTO temp.executors_claimable VALUES (?)",
+                                 [(name,) for name in only.names - old])
+            except BaseException:
+                conn.execute("ROLLBACK")  # the table holds `loaded`'s names, as before
+                raise
+            conn.execute("COMMIT")
+            self._local.only = only
+        sql = "+name IN temp.executors_claimable"
+        params: tuple[object, ...] = ()
+        target = "json_extract(definition, '$.target')"
+        if only.targets:
+            sql += f" OR {target} IN ({', '.join('?' * len(only.targets))})"
+            params += tuple(sorted(only.targets))
+        if only.modules:
+            sql += (f" OR substr({target}, 1, instr({target}, ':') - 1) "
+                    f"IN ({', '.join('?' * len(only.modules))})")
+            params += tuple(sorted(only.modules))
+        return f" AND ({sql})", params
+
+    def _plan(self, owner: str, lease: float, limit: int, planner: Planner,
+              on_crash: Callable[[ScheduleRecord], OnCrash], only: Claimable | None
+              ) -> _Planned:
+        """Read the claimable records and plan them, holding no lock (see the module
+        docstring): what `_write_claims` writes if the records are still as read."""
+        self._end_gone_leases(owner)
+        conn = self._conn()
         token = uuid.uuid4().hex  # the batch's: unique with each record's name
+        admitted, admitted_params = self._only(conn, only)
         now = self._now(conn)
+        read_at = time.monotonic()
         mark, skip = self._unreadable.mark(), self._unreadable.names()
-        # Due records first, then runs whose lease expired (to settle them once).
-        rows = conn.execute(
-            f"SELECT {_COLUMNS} FROM executors_schedules "
-            "WHERE ((paused = 0 AND running_fire IS NULL AND next_fire <= ?) "
-            "   OR (running_fire IS NOT NULL AND lease_until < ?))"
-            f"{_not_in(skip)} ORDER BY COALESCE(running_fire, next_fire) LIMIT ?",
-            (to_epoch(now), to_epoch(now), *skip, limit)).fetchall()
-        changed = 0  # one counter value for the whole batch, taken at its first write
+        # Runs whose lease expired (to settle them once), then the due records, earliest
+        # first: two ordered walks of partial indexes that stop at `limit` (one query with an
+        # OR would sort every due record, every claim).
+        at, where = to_epoch(now), admitted + _not_in(skip)
+        rows = conn.execute(_EXPIRED.format(where=where),
+                            (at, *admitted_params, *skip, limit)).fetchall()
+        if len(rows) < limit:
+            rows += conn.execute(_DUE.format(where=where), (
+                at, *admitted_params, *skip, limit - len(rows))).fetchall()
+        items: list[tuple[tuple[Any, ...], ScheduleRecord, ScheduleRecord, Claim | None]] = []
         for row in rows:
             try:
                 record = self._decode(row)
@@ -471,41 +563,66 @@ class SQLiteScheduleStore:
                 self._unreadable.add(str(row[0]), mark)
                 continue
             settled = settle_claim(record, owner, now, lease, planner, on_crash, token)
-            if settled is None:
-                continue
-            changed = changed or self._bump(conn)
-            if self._put_state(conn, settled[0], record, row[10], changed) \
-                    and settled[1] is not None:
-                claims.append(settled[1])
+            if settled is not None:
+                items.append((row, record, *settled))
+        return _Planned(now, read_at, planner, items)
+
+    def _write_claims(self, conn: sqlite3.Connection, planned: _Planned, lease: float
+                      ) -> list[Claim]:
+        """Write `planned`, inside the caller's write transaction, each record only if its
+        row is still as read; the claims made."""
+        items = planned.items
+        if time.monotonic() - planned.read_at > _REBASE_AFTER:
+            # A slow plan: the leases start now, not at the read (their full length ahead).
+            until = self._now(conn) + dt.timedelta(seconds=lease)
+            items = [(row, was, record, claim) if claim is None else
+                     (row, was, dataclasses.replace(record, lease_until=until),
+                      dataclasses.replace(claim, lease_until=until))
+                     for row, was, record, claim in items]
+        claims: list[Claim] = []
+        changed = self._bump(conn)  # one counter value for the whole batch
+        lost = getattr(planned.planner, "lost", None)  # told of the plans not written
+        for row, was, record, claim in items:
+            if not self._put_state(conn, record, was, row, changed):
+                if lost is not None:
+                    lost(record.name, record.version)
+            elif claim is not None:
+                claims.append(claim)
         return claims
 
-    def _end_gone_leases(self, conn: sqlite3.Connection, owner: str) -> None:
+    def _end_gone_leases(self, owner: str) -> None:
         """End the leases of the runs whose owner died (`OwnerFiles`: its file lock is free),
-        inside the claim's write transaction, before it looks for work: the claim then
+        in a short write transaction of its own, before a claim looks for work: the claim then
         settles them as any expired lease (``on_crash``). At most every `LIVENESS_EVERY`."""
         self._owners.hold(owner)  # before a claim writes this owner's name into a record
         at = time.monotonic()
         if at < self._owners_seen + LIVENESS_EVERY:
             return
         self._owners_seen = at
+        conn = self._conn()
         owners = [row[0] for row in conn.execute(
             "SELECT DISTINCT owner FROM executors_schedules WHERE running_fire IS NOT NULL "
             f"AND lease_until >= {_NOW} AND owner IS NOT NULL AND owner <> ?", (owner,))]
         gone = sorted(self._owners.gone(owners))
         if gone:
-            conn.execute(
-                f"UPDATE executors_schedules SET lease_until = {_NOW} - 0.000001, changed = ? "
-                f"WHERE running_fire IS NOT NULL AND owner IN ({', '.join('?' * len(gone))})",
-                (self._bump(conn), *gone))
+            with self._write(conn):
+                conn.execute(
+                    f"UPDATE executors_schedules SET lease_until = {_NOW} - 0.000001, "
+                    f"changed = ? WHERE running_fire IS NOT NULL "
+                    f"AND owner IN ({', '.join('?' * len(gone))})",
+                    (self._bump(conn), *gone))
             self._owners.sweep(owners)  # the files of owners that died and hold no run
 
-    def next_due(self) -> tuple[dt.datetime, dt.datetime | None]:
+    def next_due(self, only: Claimable | None = None
+                 ) -> tuple[dt.datetime, dt.datetime | None]:
+        conn = self._conn()
+        admitted, params = self._only(conn, only)
         skip = self._unreadable.names()
-        now, fire, lease = self._conn().execute(
+        now, fire, lease = conn.execute(
             f"SELECT {_NOW}, (SELECT MIN(next_fire) FROM executors_schedules "
-            f"WHERE paused = 0 AND running_fire IS NULL{_not_in(skip)}), (SELECT "
+            f"WHERE paused = 0 AND running_fire IS NULL{admitted}{_not_in(skip)}), (SELECT "
             "MIN(lease_until) FROM executors_schedules WHERE running_fire IS NOT NULL"
-            f"{_not_in(skip)})", (*skip, *skip)).fetchone()
+            f"{admitted}{_not_in(skip)})", (*params, *skip, *params, *skip)).fetchone()
         earliest = min((x for x in (fire, lease) if x is not None), default=None)
         return from_epoch(float(now)), None if earliest is None else from_epoch(float(earliest))
 

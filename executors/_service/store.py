@@ -50,6 +50,14 @@ against each, ``tests/test_schedule_stores.py``):
   but stops beating on MongoDB (gone after `OWNER_STALE`); a process cut off from
   PostgreSQL loses its session and is gone too.
 
+**What a claim may take is the caller's too.** `claim` and `next_due` take a `Claimable`
+(`executors._service.claimable`): the names of the schedules the caller's code declares, and
+an allowlist of targets for records written elsewhere (``BackgroundService(serve=...)``). A
+record it does not admit is not even read as a candidate: claiming it would move its state
+(its next fire time, a lease) for a process that will not run it. The store holds state and a
+readable copy of each definition; what runs is the caller's declaration
+(`executors._service.stored`).
+
 What is decided by the caller is what the next fire time is: `claim` takes a `Planner` that,
 given a due record and the store's now, returns the fire time to run (or none), the next fire
 time and how many fire times were missed. The service's planner applies the ``missed`` policy;
@@ -66,12 +74,15 @@ import importlib
 import json
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Literal, Protocol, TypeGuard
+from typing import TYPE_CHECKING, Literal, Protocol, TypeGuard
 
 from executors import _validate
 from executors._urls import redact
 
 from .sqlite_url import sqlite_path as sqlite_path
+
+if TYPE_CHECKING:
+    from .claimable import Claimable
 
 __all__ = (
     "FORMAT_VERSION",
@@ -95,6 +106,7 @@ __all__ = (
     "new_record",
     "earliest_due",
     "redeclared",
+    "unchanged",
     "settle_claim",
     "finish_record",
     "replacing",
@@ -239,7 +251,8 @@ class ScheduleRecord:
 
     #: What code declared.
     definition: ScheduleDefinition
-    #: ``definition.digest()`` as stored (tells a changed declaration from an unchanged one).
+    #: ``definition.digest()`` as its writer stored it: for people and tools to read, never
+    #: trusted (a declaration recomputes the stored definition's digest, `unchanged`).
     digest: str
     #: Paused schedules are never claimed.
     paused: bool
@@ -345,15 +358,18 @@ class ScheduleStore(Protocol):
         """
 
     def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
-              on_crash: Callable[[ScheduleRecord], OnCrash]) -> list[Claim]:
-        """Claim up to `limit` due records for `owner` (see the module docstring)."""
+              on_crash: Callable[[ScheduleRecord], OnCrash],
+              only: Claimable | None = None) -> list[Claim]:
+        """Claim up to `limit` due records for `owner` (see the module docstring): of the
+        records `only` admits (None: every record), left out in the store's own query."""
 
-    def next_due(self) -> tuple[dt.datetime, dt.datetime | None]:
+    def next_due(self, only: Claimable | None = None
+                 ) -> tuple[dt.datetime, dt.datetime | None]:
         """``(store now, earliest)``: the store's clock and the earliest instant a `claim`
-        could find work (the least next fire time of the unpaused records with no run in
-        progress, or the least lease end of the runs in progress), None if none. One cheap
-        read: a claimer sleeps ``earliest - now`` on its monotonic clock. Records a claim
-        found unreadable are left out (`Unreadable`)."""
+        given `only` could find work (the least next fire time of the unpaused records with
+        no run in progress, or the least lease end of the runs in progress), None if none.
+        One cheap read: a claimer sleeps ``earliest - now`` on its monotonic clock. Records a
+        claim found unreadable are left out (`Unreadable`)."""
 
     def renew(self, claim: Claim, lease: float) -> bool:
         """Extend `claim`'s lease; False if the record no longer holds `claim` (its token):
@@ -540,9 +556,24 @@ def replacing(definition: ScheduleDefinition, next_fire: dt.datetime | None,
 def redeclared(old: ScheduleRecord, definition: ScheduleDefinition,
                next_fire: dt.datetime | None) -> ScheduleRecord:
     """The record of a changed declaration: the new definition and next fire time, the old
-    record's pause, counters and run in progress, and the next version."""
+    record's pause, counters and run in progress, and the next version. When the trigger is
+    the stored one (arguments or policies changed, or a record rewritten in the store
+    repaired) the stored next fire time is kept: a due or overdue fire time is not dropped
+    unseen."""
+    if old.definition.trigger == definition.trigger:
+        next_fire = old.next_fire
     return dataclasses.replace(old, definition=definition, digest=definition.digest(),
                                next_fire=next_fire, version=old.version + 1)
+
+
+def unchanged(old: ScheduleRecord, definition: ScheduleDefinition, digest: str) -> bool:
+    """Whether the stored `old` holds `definition` (whose digest is `digest`), judged by the
+    stored definition itself, recomputed: never by the record's digest field, which any
+    writer of the store may leave as it was while rewriting the definition."""
+    try:
+        return old.definition.digest() == digest
+    except ValueError:  # not JSON any more (NaN written by hand): it differs
+        return False
 
 
 def settle_claim(record: ScheduleRecord, owner: str, now: dt.datetime, lease: float,

@@ -6,8 +6,11 @@ A `BackgroundService` given a store (``BackgroundService(store="sqlite:///jobs.d
 
 - **Declare.** At start (and for a schedule added later) each schedule is declared by name: an
   unchanged declaration keeps the stored state, a changed one replaces the definition (logged,
-  `ScheduleChanged`), a new one is added (`ScheduleAdded`). A schedule in the store that this
-  process does not declare is served too when its target imports here (schedules are data).
+  `ScheduleChanged`), a new one is added (`ScheduleAdded`); "unchanged" is judged by the stored
+  definition's digest, recomputed.
+- **Code decides what runs** (`executors._service.stored_trust`): only the records this
+  process declares are claimed, run with its code's function, arguments, trigger and policies
+  (a record that differs is written back); others are listed, never run, unless ``serve=``.
 - **Claim.** The loop claims due records in batches of up to `BATCH` with a lease of `LEASE`
   (30 s) on the store's clock; the planner applies the ``missed`` policy inside the claim's
   conditional update (`executors._service.stored_plan`). Each claim runs on the pool with
@@ -54,6 +57,7 @@ from typing import TYPE_CHECKING, Literal, cast, final
 
 from executors import _threads
 
+from .claimable import Claimable
 from .events import LeaseLost, ScheduleAdded, ScheduleChanged, ScheduleRemoved
 from .schedule_data import (
     StoredSchedule,
@@ -64,12 +68,13 @@ from .schedule_data import (
     target_of,
     trigger_of,
 )
-from .store import Claim, Plan, ScheduleDefinition, ScheduleRecord, ScheduleStore
+from .store import Claim, ScheduleDefinition, ScheduleRecord, ScheduleStore
 from .store_calls import WatchedStore
 from .stored_faults import OwnRunsFirst, finish, on_crash
-from .stored_plan import UNWATCHED_AFTER, Decision, announce_missed, plan, resume_record
+from .stored_plan import UNWATCHED_AFTER, Decision, LoopPlanner, announce_missed, resume_record
 from .stored_run import StoredLink, StoredRun
 from .stored_status import ask_snapshot, refresh_job
+from .stored_trust import Trust, admit, claimable
 
 if TYPE_CHECKING:
     from .job import Job
@@ -137,7 +142,9 @@ class StoreLoop:
     """The store thread of one service (see the module docstring)."""
 
     def __init__(self, name: str, store: ScheduleStore, scheduler: Scheduler, *,
-                 owned: bool, lease: float = LEASE) -> None:
+                 owned: bool, lease: float = LEASE,
+                 serve: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
+                 ) -> None:
         self.name = name
         self.lease = lease
         # Renewed at a third of the lease: two renewals may fail before it expires.
@@ -157,6 +164,10 @@ class StoreLoop:
         self.messages: queue.SimpleQueue[object] = queue.SimpleQueue()
         self.thread: threading.Thread | None = None
         self.jobs: dict[str, Job] = {}  # declared by this process
+        self.trust = Trust(Claimable(frozenset(), *serve))  # what a claim may take
+        # The claim's planner (the ``missed`` policy, `stored_plan.plan`); its crash policy
+        # is the `on_crash` method.
+        self.planner = LoopPlanner(self)
         self.to_declare: dict[str, tuple[ScheduleDefinition, Job]] = {}
         self.in_flight: dict[tuple[str, int], _InFlight] = {}
         self.retry_completions: list[tuple[Claim, str]] = []
@@ -277,6 +288,7 @@ class StoreLoop:
         """Declare now if the store answers; else the loop declares it when it does."""
         with self.lock:
             self.jobs[definition.name] = job
+            self.trust.renamed = True
         try:
             self._declare(definition, job)
         except Exception as exc:
@@ -330,6 +342,7 @@ class StoreLoop:
         removed = self.store.remove(name)
         with self.lock:
             job = self.jobs.pop(name, None)
+            self.trust.renamed = True
             self.to_declare.pop(name, None)
             self.relist.add(name)
             self.touched.pop(name, None)
@@ -363,7 +376,8 @@ class StoreLoop:
             blocked = f"store call blocked {call[1]:.0f} s ({call[0]} on {call[2]})"
         return StoreStatus(self.store.display_url, self.owner, healthy, self.last_error,
                            self.claims, self.completed, self.lease_lost, self.store_errors,
-                           len(self.retry_completions), snapshot, self.corrupt, blocked)
+                           len(self.retry_completions), snapshot, self.corrupt, blocked,
+                           self.trust.refused)
 
     # -- the thread ---------------------------------------------------------------------------
 
@@ -452,16 +466,19 @@ class StoreLoop:
         self._retry_completions()
         self._renew(monotonic())
         store = self.store
+        only = claimable(self)
         if self.complete_and_claim is None:
             claims = store.claim(self.owner, lease=self.lease, limit=BATCH,
-                                 planner=self.planner, on_crash=self.on_crash)
+                                 planner=self.planner, on_crash=self.on_crash, only=only)
         else:
-            claims = self._write_finished(and_claim=True)
+            claims = self._write_finished(and_claim=True, only=only)
         decisions, self.decisions = self.decisions, {}
         planned, self.planned = self.planned, {}
         for claim in claims:
             key = (claim.name, claim.version)
             announce_missed(self, claim.name, decisions.pop(key, None))
+            if not admit(self, claim):
+                continue
             next_fire: float | None = _UNKNOWN
             if key in planned:
                 fire = planned[key]
@@ -482,9 +499,10 @@ class StoreLoop:
         if len(claims) >= BATCH:
             return 0.0  # more may be due
         now = monotonic()
+        self.wanted = self.wanted or only.serves_others  # refusals are found by the copy
         if self.wanted and now >= self.snapshot_at and not self.reading:
             ask_snapshot(self)
-        store_now, earliest = store.next_due()
+        store_now, earliest = store.next_due(only)
         self.offset = store_now.timestamp() - self.scheduler.clock.time()
         delay = POLL if earliest is None else (earliest - store_now).total_seconds()
         if self.in_flight:
@@ -494,10 +512,6 @@ class StoreLoop:
         delay = max(0.0, min(delay, POLL))
         self.wake_at = store_now.timestamp() + delay
         return delay
-
-    def planner(self, record: ScheduleRecord, now: dt.datetime) -> Plan:
-        """The claim's planner: the ``missed`` policy on a due record (`stored_plan.plan`)."""
-        return plan(self, record, now)
 
     def on_crash(self, record: ScheduleRecord) -> Literal["drop", "rerun"]:
         """The claims' ``on_crash`` (`stored_faults.on_crash`)."""
@@ -578,7 +592,8 @@ class StoreLoop:
         if next_fire is not None and next_fire <= min(self.wake_at, horizon):
             self.nudge()
 
-    def _write_finished(self, *, and_claim: bool = False) -> list[Claim]:
+    def _write_finished(self, *, and_claim: bool = False, only: Claimable | None = None
+                        ) -> list[Claim]:
         """Write the completions the pool handed over, in one batch (see `complete`); with
         `and_claim`, then the pass's claim, in the same transaction (`complete_and_claim`).
         Returns the claims made."""
@@ -592,7 +607,7 @@ class StoreLoop:
                 assert self.complete_and_claim is not None
                 written, claims = self.complete_and_claim(
                     pending, self.owner, lease=self.lease, limit=BATCH, planner=self.planner,
-                    on_crash=self.on_crash)
+                    on_crash=self.on_crash, only=only)
             else:
                 assert self.complete_many is not None
                 written = self.complete_many(pending)

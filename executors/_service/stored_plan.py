@@ -13,20 +13,22 @@ over several claims). Resuming skips the fire times that passed while paused
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, final
 
 from .events import RunMissed
 from .schedule_data import trigger_of
 from .store import Plan, ScheduleRecord, ScheduleStore
+from .stored_trust import declaration
 from .wallclock import WALK_BOUND, decide
 
 if TYPE_CHECKING:
     from .stored import StoreLoop
     from .wallclock import Missed, TriggerLike
 
-__all__ = ("UNWATCHED_AFTER", "Decision", "announce_missed", "plan", "resume_record",
-           "trigger_for")
+__all__ = ("UNWATCHED_AFTER", "Decision", "LoopPlanner", "announce_missed", "plan",
+           "resume_record", "trigger_for")
 
 logger = logging.getLogger("executors.service")
 
@@ -42,22 +44,27 @@ Decision = tuple[int, int, dt.datetime, dt.datetime, str, str, bool]
 
 
 def trigger_for(loop: StoreLoop, record: ScheduleRecord) -> TriggerLike:
-    """`record`'s trigger, decoded once per definition (by its digest)."""
-    trigger = loop.triggers.get(record.digest)
+    """`record`'s stored trigger, decoded once per trigger data (keyed by the data itself:
+    the record's digest field is only what its writer says)."""
+    key = json.dumps(record.definition.trigger, sort_keys=True)
+    trigger = loop.triggers.get(key)
     if trigger is None:
         trigger = trigger_of(record.definition.trigger)
         if len(loop.triggers) >= _TRIGGERS_KEPT:
             loop.triggers.clear()
-        loop.triggers[record.digest] = trigger
+        loop.triggers[key] = trigger
     return trigger
 
 def plan(loop: StoreLoop, record: ScheduleRecord, now: dt.datetime) -> Plan:
-    """The ``missed`` policy on a due record, at the store's `now` (`wallclock.decide`)."""
-    options = record.definition.options
+    """The ``missed`` policy on a due record, at the store's `now` (`wallclock.decide`), with
+    the trigger and policies of this process's declaration (the record's only for a record
+    written elsewhere that ``serve=`` admits)."""
+    declared = declaration(loop, record.name)
+    options = record.definition.options if declared is None else declared[0].options
     first = record.next_fire
     assert first is not None
     try:
-        trigger = trigger_for(loop, record)
+        trigger = trigger_for(loop, record) if declared is None else declared[1]
         policy: Missed = options.get("missed", "latest")  # type: ignore[assignment]
         # Fire times left unclaimed past UNWATCHED_AFTER passed unwatched, up to now, as
         # in memory after a restart with `since`: "skip" runs none of them (the store
@@ -87,6 +94,25 @@ def plan(loop: StoreLoop, record: ScheduleRecord, now: dt.datetime) -> Plan:
         loop.decisions[key] = (
             d.missed, d.ran, first, d.last_missed, d.reason, policy, d.truncated)
     return plan
+
+@final
+class LoopPlanner:
+    """A store loop's planner: `plan` with the loop. A store that plans outside its write
+    lock (SQLite) tells `lost` of each plan whose conditional write lost to another writer:
+    its miss, if it runs nothing, is the winner's to announce (announced once)."""
+
+    __slots__ = ("loop",)
+
+    def __init__(self, loop: StoreLoop) -> None:
+        self.loop = loop
+
+    def __call__(self, record: ScheduleRecord, now: dt.datetime) -> Plan:
+        return plan(self.loop, record, now)
+
+    def lost(self, name: str, version: int) -> None:
+        """The plan of `name` that would have written `version` was not written."""
+        self.loop.decisions.pop((name, version), None)
+
 
 def announce_missed(loop: StoreLoop, name: str, decision: Decision | None) -> None:
     if decision is None:

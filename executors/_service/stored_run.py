@@ -1,9 +1,11 @@
 """A stored schedule's job: its link to the store loop, and running one claimed fire time.
 
 The store loop (`executors._service.stored`) puts a `StoredRun` on the pool for each claim: it
-resolves the target (``"module:qualname"``), runs it as the declared job (or, for a schedule
-this process does not declare, a job made for it) with `executors.current_run()` set, and hands
-the run's end to the loop, which writes it to the store fenced by the claim.
+runs the declared job's function with the arguments of its declaration (never the record's:
+`executors._service.stored_trust`), with `executors.current_run()` set, and hands the run's
+end to the loop, which writes it to the store fenced by the claim. Only a record written
+elsewhere that ``serve=`` admits is run from its stored target (``"module:qualname"``,
+imported then) and arguments, as a job made for it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Literal, final
 
 from .run_info import RunInfo
 from .schedule_data import resolve_target, trigger_of
+from .stored_trust import give_back
 
 if TYPE_CHECKING:
     from .job import Job
@@ -55,24 +58,31 @@ class StoredLink:
 def run_claim(loop: StoreLoop, claim: Claim) -> None:
     """Run one claimed fire time (on a pool thread) and record its end."""
     scheduler = loop.scheduler
-    definition = claim.definition
     with loop.lock:
         flight = loop.in_flight.get((claim.name, claim.version))
         if flight is not None:
             flight.started = True  # not given back at close: it runs, and completes
         job = loop.jobs.get(claim.name)
     link = job._stored if job is not None else None
-    try:
-        if job is not None and link is not None and link.definition.target == definition.target:
-            fn = job._fn  # declared here: it imports back as itself (`target_of` checked)
-        else:
+    if job is not None and link is not None:
+        # Declared here: the code's function and arguments, whatever the record holds.
+        fn: Callable[..., object] = job._fn
+        definition = link.definition
+    else:
+        definition = claim.definition
+        if not loop.trust.claimable.admits_target(definition.target):
+            # Removed here since the loop let it run: never imported, never run.
+            with loop.lock:
+                loop.in_flight.pop((claim.name, claim.version), None)
+            give_back(loop, claim)
+            return
+        try:
             fn = resolve_target(definition.target)
-    except Exception as exc:
-        logger.error("%s: stored schedule %r: its target %s does not import here (%s)",
-                     loop.name, claim.name, definition.target, exc)
-        loop.complete(claim, f"error: {type(exc).__name__}: {exc}"[:500])
-        return
-    if job is None:
+        except Exception as exc:
+            logger.error("%s: stored schedule %r: its target %s does not import here (%s)",
+                         loop.name, claim.name, definition.target, exc)
+            loop.complete(claim, f"error: {type(exc).__name__}: {exc}"[:500])
+            return
         job = _undeclared_job(loop, claim.name, fn, definition)
     clock = scheduler.clock
     monotonic = scheduler.monotonic

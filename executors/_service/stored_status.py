@@ -26,6 +26,7 @@ from executors._clock import SYSTEM_CLOCK
 
 from .schedule_data import StoredSchedule, iso
 from .stored_plan import trigger_for
+from .stored_trust import note_refused
 
 if TYPE_CHECKING:
     from .job import Job
@@ -138,6 +139,7 @@ def take_snapshot(loop: StoreLoop) -> None:
         records = [*records, *(loop.listed[name][0] for name in relist - {
             r.name for r in records} if name in loop.listed)]
     rows = [(r, jobs.get(r.name)) for r in records]
+    note_refused(loop, [r for r, job in rows if job is None])
     made = [(r, job is not None, _row(loop, r, job is not None)) for r, job in rows]
     owned = [(r, job) for r, job in rows if job is not None]
     for start in range(0, len(owned), 1000):  # the lock in short holds: the loop takes it

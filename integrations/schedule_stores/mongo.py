@@ -17,6 +17,7 @@ import dataclasses
 import datetime as dt
 import math
 import random
+import re
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, final
@@ -25,6 +26,7 @@ import pymongo
 from pymongo import UpdateOne
 from pymongo.errors import InvalidURI, PyMongoError
 
+from executors._service.claimable import Claimable
 from executors._service.store import (
     FORMAT_VERSION,
     Claim,
@@ -45,6 +47,7 @@ from executors._service.store import (
     replacing,
     settle_claim,
     to_epoch,
+    unchanged,
 )
 from executors._service.unreadable import Unreadable
 from executors._urls import redact, scrub
@@ -107,6 +110,8 @@ class MongoScheduleStore:
     def __init__(self, url: str, *, connect_timeout: float = 10.0, create: bool = True) -> None:
         self.display_url = redact(url)
         self._window = 1  # see _WIDEST
+        # The latest `Claimable` given, its names as a list and its allowlist as a regex.
+        self._only: tuple[Claimable, list[str], str] | None = None
         self._unreadable = Unreadable()
         ms = int(connect_timeout * 1000)
         # A socket timeout (the URL's own wins): an operation here takes milliseconds, a whole
@@ -195,7 +200,7 @@ class MongoScheduleStore:
                                              _to_doc(record)).matched_count == 1:
                     return Declared(record, "replaced", str(exc))
                 continue
-            if old is not None and old.digest == digest:
+            if old is not None and unchanged(old, definition, digest):
                 return Declared(old, "unchanged")
             record = new_record(definition, first_fire(self.now()))
             if old is None:
@@ -222,20 +227,21 @@ class MongoScheduleStore:
         return result.matched_count == 1
 
     def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
-              on_crash: Callable[[ScheduleRecord], OnCrash]) -> list[Claim]:
+              on_crash: Callable[[ScheduleRecord], OnCrash],
+              only: Claimable | None = None) -> list[Claim]:
         now = self.now()
         at = to_epoch(now)
         self._owners.hold(owner, at)  # before this claim writes its name
         self._owners.end_gone_leases(at)  # then settled as expired, below
-        mark, skip = self._unreadable.mark(), self._skip()
+        mark = self._unreadable.mark()
+        admitted = self._admitted(only)
         # Two queries, not one ``$or``: nx-27017 (the tests' server) answers ``$or`` with
         # nothing. Expired leases are rare, and both queries use the store's `at`.
-        docs = list(self._records.find(
-            {"running_fire": {"$ne": None}, "lease_until": {"$lt": at}, **skip}).limit(limit))
+        docs = self._find({"running_fire": {"$ne": None}, "lease_until": {"$lt": at}},
+                          admitted, "lease_until", limit)
         wanted = limit - len(docs)
-        due = list(self._records.find(
-            {"paused": False, "running_fire": None, "next_fire": {"$lte": at}, **skip},
-        ).sort("next_fire", pymongo.ASCENDING).limit(wanted * self._window))
+        due = self._find({"paused": False, "running_fire": None, "next_fire": {"$lte": at}},
+                         admitted, "next_fire", wanted * self._window)
         docs += random.sample(due, wanted) if len(due) > wanted > 0 else due
         token = uuid.uuid4().hex
         updates: list[UpdateOne] = []
@@ -251,8 +257,8 @@ class MongoScheduleStore:
             if settled is None:
                 continue
             new_doc = _to_doc(settled[0])
-            for unchanged in _NOT_CLAIMED:  # a smaller update (and oplog entry) per record
-                new_doc.pop(unchanged)
+            for unchanged_field in _NOT_CLAIMED:  # a smaller update (and oplog entry) each
+                new_doc.pop(unchanged_field)
             updates.append(UpdateOne({"_id": record.name, "version": record.version},
                                      {"$set": new_doc}))
             if settled[1] is not None:
@@ -272,22 +278,53 @@ class MongoScheduleStore:
             self._window = max(1, self._window // 2)
         return [claim for name, claim in pending.items() if name in won]
 
-    def _skip(self) -> dict[str, Any]:
-        """The condition leaving out the records found unreadable (`Unreadable`), if any."""
+    def _admitted(self, only: Claimable | None) -> list[dict[str, Any]]:
+        """The conditions, one query each, of the records a claim given `only` may read
+        (every record for None), less those found unreadable (`Unreadable`): the declared
+        names (``$in``: a real server looks each row's name up in a set), and with an
+        allowlist, the admitted targets (one anchored regex; separate queries because
+        nx-27017 answers an ``$or`` beside other conditions with nothing)."""
         names = self._unreadable.names()
-        return {"_id": {"$nin": names}} if names else {}
+        skip = {"$nin": names} if names else {}
+        if only is None:
+            return [{"_id": skip}] if skip else [{}]
+        if self._only is None or self._only[0] is not only:
+            exact = [re.escape(t) + "$" for t in sorted(only.targets)]
+            modules = [re.escape(m) + ":" for m in sorted(only.modules)]
+            self._only = (only, list(only.names), "^(?:" + "|".join(exact + modules) + ")")
+        _, declared, allowed = self._only
+        conditions: list[dict[str, Any]] = [{"_id": {"$in": declared, **skip}}]
+        if only.serves_others:
+            conditions.append({"definition.target": {"$regex": allowed},
+                               **({"_id": skip} if skip else {})})
+        return conditions
 
-    def next_due(self) -> tuple[dt.datetime, dt.datetime | None]:
+    def _find(self, query: dict[str, Any], admitted: list[dict[str, Any]], key: str,
+              limit: int) -> list[dict[str, Any]]:
+        """Up to `limit` records matching `query` and one of `admitted`, by `key`."""
+        if limit <= 0:
+            return []
+        found: list[dict[str, Any]] = []
+        for condition in admitted:
+            found += self._records.find({**query, **condition}).sort(
+                key, pymongo.ASCENDING).limit(limit)
+        if len(admitted) == 1:
+            return found
+        merged = {doc["_id"]: doc for doc in sorted(found, key=lambda d: d[key])}
+        return list(merged.values())[:limit]
+
+    def next_due(self, only: Claimable | None = None
+                 ) -> tuple[dt.datetime, dt.datetime | None]:
         now = self.now()
-        skip = self._skip()
         found: list[float] = []
         # A numeric range ("any number"), not ``$ne: None``: a range walks the index from its
         # least number (nx-27017 answers ``$ne`` by scanning the collection).
-        for query, key in (({"paused": False, "running_fire": None}, "next_fire"),
-                           ({"running_fire": {"$ne": None}}, "lease_until")):
-            found.extend(float(doc[key]) for doc in self._records.find(
-                {**query, key: {"$gt": -math.inf}, **skip}, {key: 1},
-            ).sort(key, pymongo.ASCENDING).limit(1))
+        for condition in self._admitted(only):
+            for query, key in (({"paused": False, "running_fire": None}, "next_fire"),
+                               ({"running_fire": {"$ne": None}}, "lease_until")):
+                found.extend(float(doc[key]) for doc in self._records.find(
+                    {**query, key: {"$gt": -math.inf}, **condition}, {key: 1},
+                ).sort(key, pymongo.ASCENDING).limit(1))
         return now, from_epoch(min(found)) if found else None
 
     def renew(self, claim: Claim, lease: float) -> bool:

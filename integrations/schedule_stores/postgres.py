@@ -36,6 +36,7 @@ from typing import Any, final
 import psycopg
 
 from executors import _threads
+from executors._service.claimable import Claimable
 from executors._service.store import (
     FORMAT_VERSION,
     Claim,
@@ -55,6 +56,7 @@ from executors._service.store import (
     redeclared,
     replacing,
     settle_claim,
+    unchanged,
 )
 from executors._service.unreadable import Unreadable
 from executors._urls import redact, scrub
@@ -185,23 +187,37 @@ _CLAIM_WRITE = (
 # table, every claimer, every batch); SKIP LOCKED lets N claimers take disjoint batches side by
 # side. The outer LIMIT stops pulling from the second one once the first filled the batch.
 # ``name <> ALL(%s)``: the records a claim found unreadable are left out (`Unreadable`); an
-# empty array, the usual case, leaves out nothing.
-_CLAIMABLE = (
+# empty array, the usual case, leaves out nothing. ``{only}``: the records the claimer admits
+# (`_admitted`), or nothing.
+_CLAIMABLE_SQL = (
     f"WITH expired AS (SELECT {_COLUMNS} FROM executors_schedules "
-    f"  WHERE running_fire IS NOT NULL AND lease_until < {_NOW} "
+    f"  WHERE running_fire IS NOT NULL AND lease_until < {_NOW}{{only}} "
     "  AND name <> ALL(%s::text[]) ORDER BY lease_until LIMIT %s FOR UPDATE SKIP LOCKED), "
     f"due AS (SELECT {_COLUMNS} FROM executors_schedules "
-    f"  WHERE NOT paused AND running_fire IS NULL AND next_fire <= {_NOW} "
+    f"  WHERE NOT paused AND running_fire IS NULL AND next_fire <= {_NOW}{{only}} "
     "  AND name <> ALL(%s::text[]) ORDER BY next_fire LIMIT %s FOR UPDATE SKIP LOCKED) "
     f"SELECT *, {_NOW} FROM (SELECT * FROM expired UNION ALL SELECT * FROM due) AS c LIMIT %s")
+_CLAIMABLE = _CLAIMABLE_SQL.format(only="")
 
 # The store's clock, the least next fire time of the idle records and the least lease end of
-# the runs in progress: the ends of two partial indexes.
-_NEXT_DUE = (
-    f"SELECT {_NOW}, (SELECT MIN(next_fire) FROM executors_schedules "
-    "WHERE NOT paused AND running_fire IS NULL AND name <> ALL(%s::text[])), "
-    "(SELECT MIN(lease_until) FROM executors_schedules "
-    "WHERE running_fire IS NOT NULL AND name <> ALL(%s::text[]))")
+# the runs in progress: the ends of two partial indexes (walked in order, each row's name
+# tested, when `{only}` admits some records only).
+_NEXT_DUE_SQL = (
+    f"SELECT {_NOW}, (SELECT next_fire FROM executors_schedules "
+    "WHERE NOT paused AND running_fire IS NULL AND name <> ALL(%s::text[]){only} "
+    "ORDER BY next_fire LIMIT 1), "
+    "(SELECT lease_until FROM executors_schedules "
+    "WHERE running_fire IS NOT NULL AND name <> ALL(%s::text[]){only} "
+    "ORDER BY lease_until LIMIT 1)")
+_NEXT_DUE = _NEXT_DUE_SQL.format(only="")
+
+# The names a claimer declares (`Claimable.names`), in a table of its own session.
+_CLAIMABLE_TABLE = ("CREATE TEMP TABLE IF NOT EXISTS executors_claimable "
+                    "(name TEXT PRIMARY KEY)")
+# The condition admitting the declared names (and, with an allowlist, `_ALLOWED`).
+_DECLARED = "name IN (SELECT c.name FROM pg_temp.executors_claimable AS c)"
+_ALLOWED = (" OR definition->>'target' = ANY(%s::text[]) "
+            "OR split_part(definition->>'target', ':', 1) = ANY(%s::text[])")
 
 
 def _decode(row: tuple[Any, ...]) -> ScheduleRecord:
@@ -320,6 +336,7 @@ class PostgresScheduleStore:
             conn = _connect(self._url, self._connect_timeout)
             self._local.conn = conn
             self._local.pid = os.getpid()
+            self._local.only = None  # the names loaded into this session's table
             with self._lock:
                 self._connections.append(conn)
         return conn
@@ -374,7 +391,7 @@ class PostgresScheduleStore:
                 unreadable = ""
             except StoreFormatError as exc:  # the row is locked (FOR UPDATE) all the same
                 old, unreadable = None, str(exc)
-            if old is not None and old.digest == digest:
+            if old is not None and unchanged(old, definition, digest):
                 return Declared(old, "unchanged")
             cur.execute(f"SELECT {_NOW}")
             row = cur.fetchone()
@@ -398,13 +415,16 @@ class PostgresScheduleStore:
             return Declared(record, "changed")
 
     def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
-              on_crash: Callable[[ScheduleRecord], OnCrash]) -> list[Claim]:
+              on_crash: Callable[[ScheduleRecord], OnCrash],
+              only: Claimable | None = None) -> list[Claim]:
         token = uuid.uuid4().hex  # the batch's: unique with each record's name
         mark, skip = self._unreadable.mark(), self._unreadable.names()
         self._owners.hold(self._conn(), owner)  # before this claim writes its name
+        admitted, params = self._admitted(only)
         with self._tx() as cur:
             self._owners.end_gone_leases(cur, owner)  # then settled as expired, below
-            cur.execute(_CLAIMABLE, (skip, limit, skip, limit, limit))
+            cur.execute(_CLAIMABLE_SQL.format(only=admitted),
+                        (*params, skip, limit, *params, skip, limit, limit))
             rows = cur.fetchall()
             writes: list[tuple[ScheduleRecord, int]] = []
             pending: dict[str, Claim] = {}
@@ -425,10 +445,48 @@ class PostgresScheduleStore:
             won = self._write(cur, writes, claimed=True)
         return [claim for name, claim in pending.items() if name in won]
 
-    def next_due(self) -> tuple[dt.datetime, dt.datetime | None]:
+    def _admitted(self, only: Claimable | None) -> tuple[str, tuple[object, ...]]:
+        """The condition (and its parameters) admitting only what `only` admits, its names
+        loaded into this session's temporary table first if they are not yet: 10,000 names
+        cost a claim a lookup per row read, not an array sent and searched at every
+        statement."""
+        if only is None:
+            return "", ()
+        self._conn()  # a new connection (a new session) has loaded none
+        if self._local.only is not only:
+            self._load(only)
+        if not only.serves_others:
+            return f" AND {_DECLARED}", ()
+        return (f" AND ({_DECLARED}{_ALLOWED})",
+                (sorted(only.targets), sorted(only.modules)))
+
+    def _load(self, only: Claimable) -> None:
+        """Make this session's table of claimable names hold `only.names` (the difference
+        from what it holds is written)."""
+        conn = self._conn()
+        loaded: Claimable | None = self._local.only
+        old = loaded.names if loaded is not None else frozenset()
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute(_CLAIMABLE_TABLE)
+            if not old:
+                cur.execute("TRUNCATE pg_temp.executors_claimable")
+            gone, new = sorted(old - only.names), sorted(only.names - old)
+            if gone:
+                cur.execute("DELETE FROM pg_temp.executors_claimable WHERE name = ANY(%s)",
+                            (gone,))
+            if new:
+                cur.execute("INSERT INTO pg_temp.executors_claimable "
+                            "SELECT unnest(%s::text[]) ON CONFLICT DO NOTHING", (new,))
+            if gone or new:
+                cur.execute("ANALYZE pg_temp.executors_claimable")  # no autovacuum here
+        self._local.only = only
+
+    def next_due(self, only: Claimable | None = None
+                 ) -> tuple[dt.datetime, dt.datetime | None]:
         skip = self._unreadable.names()
+        admitted, params = self._admitted(only)
         with self._tx() as cur:
-            cur.execute(_NEXT_DUE, (skip, skip))
+            cur.execute(_NEXT_DUE_SQL.format(only=admitted), (skip, *params, skip, *params))
             row = cur.fetchone()
         assert row is not None
         earliest = min((float(x) for x in row[1:] if x is not None), default=None)

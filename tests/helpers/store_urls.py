@@ -13,7 +13,7 @@ import pytest
 
 from executors._service.store import sqlite_path
 
-__all__ = ("corrupt", "empty_store_url")
+__all__ = ("corrupt", "empty_store_url", "rewrite")
 
 
 def empty_store_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
@@ -70,3 +70,34 @@ def corrupt(url: str, name: str, definition: dict[str, object], *,
         else:
             conn.execute("UPDATE executors_schedules SET definition = %s::jsonb, "
                          "next_fire = 0 WHERE name = %s", (json.dumps(definition), name))
+
+
+def rewrite(store: object, url: str, name: str, **changes: object) -> None:
+    """Rewrite parts of the stored definition of `name` (``args=[...]``, ``target=...``) as
+    another writer of the store could: the definition alone, its digest field left as it was.
+    `store` is the store object of `url` (the memory store has no other way in)."""
+    if url.startswith("memory"):
+        import dataclasses
+
+        records = store._records  # type: ignore[attr-defined]
+        record = records[name]
+        definition = dataclasses.replace(record.definition, **changes)
+        records[name] = dataclasses.replace(record, definition=definition)
+        return
+    if url.startswith("sqlite"):
+        with contextlib.closing(sqlite3.connect(sqlite_path(url))) as conn, conn:
+            (text,) = conn.execute("SELECT definition FROM executors_schedules WHERE name = ?",
+                                   (name,)).fetchone()
+            conn.execute("UPDATE executors_schedules SET definition = ? WHERE name = ?",
+                         (json.dumps({**json.loads(text), **changes}), name))
+        return
+    if url.startswith("mongodb"):
+        with pymongo.MongoClient(url) as client:
+            client.get_default_database()["executors_schedules"].update_one(
+                {"_id": name}, {"$set": {f"definition.{k}": v for k, v in changes.items()}})
+        return
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("UPDATE executors_schedules SET definition = definition || %s::jsonb "
+                     "WHERE name = %s", (json.dumps(changes), name))

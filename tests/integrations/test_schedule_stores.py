@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import logging
 import multiprocessing
 import sqlite3
 import threading
@@ -16,8 +17,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from helpers.store_urls import corrupt, empty_store_url
+from helpers import stored_jobs
+from helpers.store_urls import corrupt, empty_store_url, rewrite
 
+from executors import BackgroundService, Interval, ScheduleChanged, ServiceEvent
+from executors._service.claimable import Claimable
 from executors._service.sqlite_schedules import SQLiteScheduleStore
 from executors._service.store import (
     FORMAT_VERSION,
@@ -744,3 +748,169 @@ def _store_objects(kind: str, url: str) -> list[str]:
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute("SELECT relname FROM pg_class WHERE relname LIKE 'executors%'")
         return sorted(row[0] for row in rows)
+
+
+# -- the trust rule: what the store can and cannot make a process do ---------------------------
+
+
+def _targeted(name: str, target: str, *args: object) -> ScheduleDefinition:
+    return ScheduleDefinition(name, {"type": "interval", "seconds": 3600.0}, target,
+                              list(args), {}, {})
+
+
+def test_a_claim_reads_only_the_records_it_admits(store: ScheduleStore) -> None:
+    """Given a `Claimable`, a claim takes only the declared names: an undeclared due record is
+    not claimed (its state does not move: version, next fire time, no owner), and
+    `next_due` does not wake a claimer for it."""
+    declare_due(store, "undeclared", ago=5.0)
+    mine = store.declare(definition("mine"), lambda now: now + dt.timedelta(hours=1)).record
+    before = store.get("undeclared")
+    only = Claimable(frozenset({"mine"}))
+    assert store.claim("p1", lease=30, limit=100, planner=every_period,
+                       on_crash=drop, only=only) == []  # type: ignore[arg-type]
+    _, earliest = store.next_due(only)
+    assert earliest == mine.next_fire
+    assert store.get("undeclared") == before
+    declare_due(store, "due-mine")
+    claimed = store.claim("p1", lease=30, limit=100, planner=every_period, on_crash=drop,  # type: ignore[arg-type]
+                          only=Claimable(frozenset({"mine", "due-mine"})))
+    assert [c.name for c in claimed] == ["due-mine"]
+    assert store.get("undeclared") == before
+
+
+def test_an_allowlist_admits_undeclared_records_by_target_only(store: ScheduleStore) -> None:
+    """`Claimable.targets` admits records of exactly that target, `modules` every target of
+    that module; a record of any other target (``os:system``) is left alone whatever its
+    name."""
+    for name, target in (("exact", "pkg.jobs:refresh"), ("module", "pkg.tasks:anything"),
+                         ("shell", "os:system"), ("near", "pkg.jobs:refresh_all"),
+                         ("sub", "pkg.tasks.deep:f")):
+        store.declare(_targeted(name, target, "x"), lambda now: now - dt.timedelta(seconds=1))
+    only = Claimable(frozenset(), frozenset({"pkg.jobs:refresh"}), frozenset({"pkg.tasks"}))
+    claimed = store.claim("p1", lease=30, limit=100, planner=every_period,  # type: ignore[arg-type]
+                          on_crash=drop, only=only)
+    assert sorted(c.name for c in claimed) == ["exact", "module"]
+    shell = store.get("shell")
+    assert shell is not None and shell.owner is None and shell.version == 1
+
+
+def test_a_declaration_judges_the_stored_definition_not_its_digest_field(
+        store: ScheduleStore, store_url: str) -> None:
+    """Arguments rewritten in the store with the digest field left alone are found by the
+    next declaration (it recomputes the stored definition's digest): the declaration is
+    written back ("changed"), its state kept (next fire time: the trigger is the same)."""
+    first = store.declare(definition(), lambda now: now + dt.timedelta(hours=1)).record
+    rewrite(store, store_url, "job", args=["rm -rf /"], target="os:system")
+    tampered = store.get("job")
+    assert tampered is not None and tampered.definition.target == "os:system"
+    assert tampered.digest == first.digest  # the writer left the digest field as it was
+    again = store.declare(definition(), lambda now: now)  # would move next_fire if used
+    assert again.outcome == "changed"
+    record = store.get("job")
+    assert record is not None and record.definition == definition()
+    assert record.next_fire == first.next_fire
+    assert store.declare(definition(), lambda now: now).outcome == "unchanged"
+
+
+def _lines(path: Path) -> int:
+    """How many runs of ``stored_jobs.append`` wrote to `path` (a trace left by each run)."""
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_a_service_never_claims_imports_nor_runs_a_record_its_code_does_not_declare(
+        store: ScheduleStore, tmp_path: Path) -> None:
+    """A record another writer added (its target a function that leaves a trace, as
+    ``os:system`` would run a command), due at once, is never run by a serving process, nor
+    claimed (its state does not move); status() lists it as not declared here. The process's
+    own schedule runs meanwhile."""
+    trace, mine = tmp_path / "intruder.log", tmp_path / "mine.log"
+    store.declare(_targeted("intruder", "helpers.stored_jobs:append", str(trace)),
+                  lambda now: now - dt.timedelta(seconds=1))
+    before = store.get("intruder")
+    with BackgroundService("trust", store=store) as svc:
+        svc.schedule(Interval(0.05), stored_jobs.append, str(mine), name="mine")
+        wait_until(lambda: _lines(mine) >= 3, 10)  # passes of the loop, claims made
+        wait_until(lambda: len(svc.status().store.schedules) == 2, 10)  # type: ignore[union-attr]
+        listed = {s.name: s.declared for s in svc.status().store.schedules}  # type: ignore[union-attr]
+    assert listed == {"intruder": False, "mine": True}
+    assert not trace.exists()
+    assert store.get("intruder") == before
+
+
+def test_a_service_runs_the_arguments_of_its_code_not_those_rewritten_in_the_store(
+        store: ScheduleStore, store_url: str, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The target and arguments of a served schedule rewritten in the store (its digest field
+    left alone) change nothing that runs: every run calls the code's function with the code's
+    arguments; the record is written back to the declaration, logged once and announced
+    (ScheduleChanged)."""
+    good, bad = tmp_path / "good.log", tmp_path / "bad.log"
+    with caplog.at_level(logging.WARNING, "executors.service"), \
+            BackgroundService("trust", store=store) as svc:
+        changed: list[ServiceEvent] = []
+        svc.subscribe(changed.append, ScheduleChanged)
+        svc.schedule(Interval(0.05), stored_jobs.append, str(good), name="job")
+        wait_until(lambda: _lines(good) >= 1, 10)
+        rewrite(store, store_url, "job", args=[str(bad)], target="helpers.stored_jobs:record")
+        runs = _lines(good)
+        wait_until(lambda: _lines(good) >= runs + 3, 10)
+        wait_until(lambda: changed and store.get("job").definition.args  # type: ignore[union-attr]
+                   == (str(good),), 10)
+    assert not bad.exists()
+    record = store.get("job")
+    assert record is not None and record.definition.target == "helpers.stored_jobs:append"
+    assert caplog.text.count("differs from this process's declaration") == 1
+
+
+def test_a_schedule_removed_from_the_code_stops_running_where_it_is_not_declared(
+        store: ScheduleStore, tmp_path: Path) -> None:
+    """Two services share the store: "old" declares ``gone``, "new" (the code that removed
+    it) does not. Once "old" stops, ``gone`` runs no more: "new" keeps running its own
+    schedule and never runs ``gone`` (its record stays, listed as not declared)."""
+    gone, own = tmp_path / "gone.log", tmp_path / "own.log"
+    new = BackgroundService("new", store=store).start()
+    try:
+        new.schedule(Interval(0.05), stored_jobs.append, str(own), name="own")
+        with BackgroundService("old", store=store) as old:
+            old.schedule(Interval(0.05), stored_jobs.append, str(gone), name="gone")
+            wait_until(lambda: _lines(gone) >= 2, 10)
+        stopped = _lines(gone)
+        runs = _lines(own)
+        wait_until(lambda: _lines(own) >= runs + 5, 10)  # "new" served the store meanwhile
+        assert _lines(gone) == stopped
+        wait_until(lambda: len(new.status().store.schedules) == 2, 10)  # type: ignore[union-attr]
+        listed = {s.name: s.declared for s in new.status().store.schedules}  # type: ignore[union-attr]
+        assert listed == {"gone": False, "own": True}
+    finally:
+        new.shutdown()
+
+
+def test_serve_runs_the_admitted_records_and_logs_and_counts_each_refused_one_once(
+        store: ScheduleStore, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``serve=("helpers.stored_jobs:append",)`` a record written elsewhere with that
+    target runs here (its stored target and arguments); one of another target is never run,
+    and is logged and counted once (`StoreStatus.refused`) however many times the loop looks
+    at the store."""
+    from executors._service import stored_status
+
+    monkeypatch.setattr(stored_status, "SNAPSHOT_EVERY", 0.05)  # many looks in a short test
+    admitted, refused, own = tmp_path / "admitted.log", tmp_path / "refused.log", \
+        tmp_path / "own.log"
+    due = lambda now: now - dt.timedelta(seconds=1)  # noqa: E731
+    store.declare(_targeted("admitted", "helpers.stored_jobs:append", str(admitted)), due)
+    store.declare(_targeted("refused", "helpers.stored_jobs:record", str(refused)), due)
+    with caplog.at_level(logging.WARNING, "executors.service"), \
+            BackgroundService("trust", store=store,
+                              serve=("helpers.stored_jobs:append",)) as svc:
+        svc.schedule(Interval(0.05), stored_jobs.append, str(own), name="own")
+        wait_until(lambda: _lines(admitted) == 1, 10)
+        wait_until(lambda: svc.status().store.refused == 1, 10)  # type: ignore[union-attr]
+        runs = _lines(own)
+        wait_until(lambda: _lines(own) >= runs + 10, 10)
+        status = svc.status().store
+    assert status is not None and status.refused == 1
+    assert not refused.exists()
+    assert caplog.text.count("not in serve=") == 1
+    record = store.get("refused")
+    assert record is not None and record.owner is None and record.counters["runs"] == 0

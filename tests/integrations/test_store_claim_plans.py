@@ -87,3 +87,20 @@ def test_a_claim_takes_expired_leases_first_then_the_earliest_due(filled: str) -
     # s0 is due too, but its run's lease is live.
     assert [c.name for c in claims] == ["s10", "s1", "s2"]
     assert settled is not None and settled.counters["lost"] == 1 and settled.owner == "me"
+
+
+def test_a_claim_of_the_declared_names_still_walks_the_indexes(filled: str) -> None:
+    """Filtered to the names a process declares (a table of its session), the claim's and
+    next_due's reads still walk the partial indexes in order, each row's name looked up in
+    that table's key: no scan or sort of the schedules."""
+    with psycopg.connect(filled) as conn, conn.cursor() as cur:
+        cur.execute(pg._CLAIMABLE_TABLE)
+        cur.execute("INSERT INTO pg_temp.executors_claimable SELECT 's' || k "
+                    "FROM generate_series(0, %s, 2) AS k", (ROWS,))
+        cur.execute("ANALYZE pg_temp.executors_claimable")
+        only = " AND " + pg._DECLARED
+        claim = _plan(cur, pg._CLAIMABLE_SQL.format(only=only), ([], 100, [], 100, 100))
+        due = _plan(cur, pg._NEXT_DUE_SQL.format(only=only), ([], []))
+    for plan in (claim, due):
+        assert "Seq Scan on executors_schedules" not in plan and "Sort" not in plan, plan
+    assert "executors_schedules_idle" in claim and "executors_schedules_leases" in claim, claim

@@ -29,6 +29,7 @@ from helpers.store_urls import corrupt
 
 from executors import BackgroundService, Interval
 from executors._clock import SKEW_ENV
+from executors._service.claimable import Claimable
 from executors._service.store import ScheduleStore, open_store
 from executors.service import ScheduleChanged
 from executors.testing import wait_until
@@ -432,9 +433,10 @@ class CountingStore:
         self.store = store
         self.passes = 0
 
-    def next_due(self) -> tuple[dt.datetime, dt.datetime | None]:
+    def next_due(self, only: Claimable | None = None
+                 ) -> tuple[dt.datetime, dt.datetime | None]:
         self.passes += 1
-        return self.store.next_due()
+        return self.store.next_due(only)
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.store, name)
