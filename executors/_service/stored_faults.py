@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Literal
 from executors import _threads
 
 from .stored_status import stop_snapshots
+from .stored_trust import on_crash_of
 
 if TYPE_CHECKING:
     from .store import ScheduleRecord
@@ -65,7 +66,7 @@ def on_crash(loop: StoreLoop, record: ScheduleRecord) -> Literal["drop", "rerun"
                 (c.name, c.token) == key for c, _ in (*loop.finished, *loop.retry_completions))
         if ours:
             raise OwnRunsFirst(record.name)
-    return "rerun" if record.definition.options.get("on_crash") == "rerun" else "drop"
+    return on_crash_of(loop, record)  # the declaration's policy (the code's, not the store's)
 
 
 def finish(loop: StoreLoop) -> None:
