@@ -301,6 +301,7 @@ class StoreLoop:
         """Declare at the loop's next pass (a decorator's name is not bound yet: see below)."""
         with self.lock:
             self.jobs[definition.name] = job
+            self.trust.renamed = True
             self.to_declare[definition.name] = (definition, job)
         self.nudge()
 
