@@ -420,7 +420,7 @@ def test_a_claim_walks_the_partial_indexes_in_order_and_sorts_nothing(
     walks of the partial indexes that stop at the batch's limit: no temporary b-tree sorts
     every due record, and the declared names are tested row by row (a lookup in the
     connection's table), not looked up one by one and sorted."""
-    from executors._service import sqlite_schedules as sq
+    from executors._service import sqlite_sql as sq
     from executors._service.claimable import Claimable
 
     declare(store, "a", due=True)
@@ -428,7 +428,7 @@ def test_a_claim_walks_the_partial_indexes_in_order_and_sorts_nothing(
     where, _ = store._only(conn, Claimable(frozenset({"a"})))
     plans = {name: " | ".join(row[3] for row in conn.execute(
         "EXPLAIN QUERY PLAN " + sql.format(where=where), (0.0, 100)))
-        for name, sql in (("expired", sq._EXPIRED), ("due", sq._DUE))}
+        for name, sql in (("expired", sq.EXPIRED), ("due", sq.DUE))}
     assert "executors_schedules_running" in plans["expired"], plans
     assert "executors_schedules_due" in plans["due"], plans
     assert not any("TEMP B-TREE" in plan or "SCAN" in plan for plan in plans.values()), plans

@@ -36,11 +36,26 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, final
 
-from executors._clock import wall_skew
-
 from .claimable import Claimable
 from .owner_files import OwnerFiles
 from .sqlite_files import check_format, connect_read_only, open_file, unopenable
+from .sqlite_sql import (
+    CHANGED_INDEX,
+    CLAIMABLE_TABLE,
+    COLUMNS,
+    COMPLETE,
+    COMPLETE_STAMPED,
+    DUE,
+    EXPIRED,
+    LATEST,
+    NOW,
+    SCHEMA,
+    UPDATE_STATE,
+    not_in,
+    record_params,
+    state_json,
+    state_params,
+)
 from .store import (
     FORMAT_VERSION,
     LIVENESS_EVERY,
@@ -55,7 +70,6 @@ from .store import (
     given_back,
     holds,
     new_record,
-    record_fields,
     record_from_fields,
     redeclared,
     replacing,
@@ -71,86 +85,9 @@ __all__ = ("BUSY_ATTEMPT", "Changes", "SQLiteScheduleStore")
 #: spent in attempts of this length.
 BUSY_ATTEMPT = 0.5
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS executors_meta (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS executors_schedules (
-    name         TEXT PRIMARY KEY,
-    definition   TEXT NOT NULL,
-    digest       TEXT NOT NULL,
-    paused       INTEGER NOT NULL DEFAULT 0,
-    next_fire    REAL,
-    version      INTEGER NOT NULL,
-    owner        TEXT,
-    lease_until  REAL,
-    running_fire REAL,
-    attempt      INTEGER NOT NULL DEFAULT 0,
-    state        TEXT NOT NULL,
-    changed      INTEGER NOT NULL DEFAULT 0,
-    claim_token  TEXT
-);
-CREATE INDEX IF NOT EXISTS executors_schedules_due
-    ON executors_schedules (next_fire) WHERE paused = 0;
-CREATE INDEX IF NOT EXISTS executors_schedules_running
-    ON executors_schedules (lease_until) WHERE running_fire IS NOT NULL;
-"""
-# After the `changed` column exists (a file made before it gains it first).
-_CHANGED_INDEX = """
-CREATE INDEX IF NOT EXISTS executors_schedules_changed ON executors_schedules (changed);
-"""
-
-# The store's clock, read by SQLite's C library in the same statement that decides: the clock
-# of the process running the statement (on one machine, the kernel's clock they all share), so
-# the wall-skew test hook shifts it as a faked clock (libfaketime) would.
-# Rounded to the microsecond, as instants are everywhere else (a float that round-trips through
-# a datetime must compare equal to itself).
-_NOW = (f"round((julianday('now') - 2440587.5) * 86400.0 + {wall_skew()!r}, 6)" if wall_skew()
-        else "round((julianday('now') - 2440587.5) * 86400.0, 6)")
-_COLUMNS = ("name, definition, digest, paused, next_fire, version, owner, lease_until, "
-            "running_fire, attempt, state, claim_token")
-# A claim or a completion leaves the definition as it is: it writes the state columns only.
-# Conditional on the record as the claim read it: its version (a claim, completion or control
-# operation moves it) and its lease (a renewal, which leaves the version, moves that).
-_UPDATE_STATE = ("UPDATE executors_schedules SET paused = ?, next_fire = ?, version = ?, "
-                 "owner = ?, lease_until = ?, running_fire = ?, attempt = ?, state = ?, "
-                 "claim_token = ?, changed = ? WHERE name = ? AND version = ? "
-                 "AND lease_until IS ?")
-# The names a claimer declares (`Claimable.names`), in a table of its own connection.
-_CLAIMABLE_TABLE = ("CREATE TEMP TABLE IF NOT EXISTS executors_claimable "
-                    "(name TEXT PRIMARY KEY) WITHOUT ROWID")
-# What a claim reads: the runs whose lease expired, then the idle due records, each an ordered
-# walk of a partial index that stops at the limit; `{where}` leaves out what the claimer does
-# not admit (`_only`) and the records found unreadable.
-_EXPIRED = (f"SELECT {_COLUMNS} FROM executors_schedules WHERE running_fire IS NOT NULL "
-            "AND lease_until < ?{where} ORDER BY lease_until LIMIT ?")
-_DUE = (f"SELECT {_COLUMNS} FROM executors_schedules WHERE paused = 0 "
-        "AND running_fire IS NULL AND next_fire <= ?{where} ORDER BY next_fire LIMIT ?")
 #: A claim whose plan took longer than this (seconds) starts its leases when it is written,
 #: not when its records were read.
 _REBASE_AFTER = 1.0
-# `store.finish_record` in SQL (the counters live in the JSON state): the run is counted, a
-# failure too, the fire time and result become the last ones, the lease is let go. Fenced by
-# the claim's token (`store.holds`): a control operation since the claim does not refuse it.
-_COMPLETE = ("UPDATE executors_schedules SET version = version + 1, owner = NULL, "
-             "lease_until = NULL, running_fire = NULL, claim_token = NULL, "
-             "changed = {changed}, state = json_set("
-             "state, '$.counters.runs', COALESCE(json_extract(state, '$.counters.runs'), 0) + 1, "
-             "'$.counters.failures', "
-             "COALESCE(json_extract(state, '$.counters.failures'), 0) + ?, "
-             # SQLite writes a REAL into JSON with 15 digits: an instant needs 16 (to the µs).
-             "'$.last_fire', CASE WHEN running_fire IS NULL THEN NULL "
-             "ELSE json(printf('%.6f', running_fire)) END, "
-             # The owner before this statement's own SET (SQL reads the row as it was).
-             "'$.last_result', ?, '$.last_owner', owner) WHERE name = ? AND claim_token = ? "
-             "AND running_fire IS NOT NULL")
-# The latest change stamp: the largest on a row (an index read) or the latest removal's.
-_LATEST = ("MAX((SELECT COALESCE(MAX(changed), 0) FROM executors_schedules), "
-           "(SELECT CAST(value AS INTEGER) FROM executors_meta WHERE key = 'removed'))")
-# A batch of completions shares one change stamp, taken once (as a claim's batch does).
-_COMPLETE_STAMPED = _COMPLETE.format(changed="?")
-_COMPLETE = _COMPLETE.format(changed=f"{_LATEST} + 1")
 #: How many parsed definitions and decoded rows a store keeps (one of each per schedule is
 #: what it needs).
 _KEPT = 100_000
@@ -171,31 +108,6 @@ class Changes:
     corrupt: list[tuple[str, str]]
 
 
-def _state_json(record: ScheduleRecord) -> str:
-    # The last run's owner is kept with the last run, in the state: no column to add, and a
-    # record written before it was kept reads None.
-    return json.dumps({"counters": dict(record.counters), "last_result": record.last_result,
-                       "last_fire": None if record.last_fire is None
-                       else record.last_fire.timestamp(), "last_owner": record.last_owner},
-                      sort_keys=True)
-
-
-def _record_params(record: ScheduleRecord) -> tuple[object, ...]:
-    f = record_fields(record)
-    return (f["name"], json.dumps(f["definition"], sort_keys=True), f["digest"],
-            int(record.paused), f["next_fire"], f["version"], f["owner"], f["lease_until"],
-            f["running_fire"], f["attempt"], _state_json(record), f["claim_token"])
-
-
-def _state_params(record: ScheduleRecord, changed: int, row: tuple[Any, ...],
-                  state: str) -> tuple[object, ...]:
-    """The parameters of `_UPDATE_STATE` (a record whose definition is the stored one), over
-    `row` as it was read (its raw version and lease: what the update matches)."""
-    return (int(record.paused), _opt_epoch(record.next_fire), record.version, record.owner,
-            _opt_epoch(record.lease_until), _opt_epoch(record.running_fire), record.attempt,
-            state, record.claim_token, changed, record.name, row[5], row[7])
-
-
 @dataclasses.dataclass(frozen=True)
 class _Planned:
     """A claim's plans, made with no lock held, for `SQLiteScheduleStore._write_claims`."""
@@ -206,16 +118,6 @@ class _Planned:
     # Per record: the row read, its record, the record to write over it, the claim it makes
     # (or None).
     items: list[tuple[tuple[Any, ...], ScheduleRecord, ScheduleRecord, Claim | None]]
-
-
-def _not_in(names: list[str]) -> str:
-    """A condition leaving out `names` (one placeholder each), or nothing when there are
-    none (the usual statement, as the statement cache knows it)."""
-    return f" AND name NOT IN ({', '.join('?' * len(names))})" if names else ""
-
-
-def _opt_epoch(instant: dt.datetime | None) -> float | None:
-    return None if instant is None else to_epoch(instant)
 
 
 @final
@@ -280,7 +182,7 @@ class SQLiteScheduleStore:
         conn = self._conn()
         # executescript commits first: the schema is made outside the format check's
         # transaction (every statement is IF NOT EXISTS, so racing processes agree).
-        conn.executescript(_SCHEMA)
+        conn.executescript(SCHEMA)
         with self._write(conn):
             row = conn.execute("SELECT value FROM executors_meta WHERE key = 'format'").fetchone()
             if row is None:
@@ -298,7 +200,7 @@ class SQLiteScheduleStore:
             # expires).
             if "claim_token" not in columns:
                 conn.execute("ALTER TABLE executors_schedules ADD COLUMN claim_token TEXT")
-        conn.executescript(_CHANGED_INDEX)
+        conn.executescript(CHANGED_INDEX)
         try:
             # Read before any DDL already; read again for a newer process that made the
             # file between that look and this one.
@@ -402,22 +304,22 @@ class SQLiteScheduleStore:
         return record
 
     def _read(self, conn: sqlite3.Connection, name: str) -> ScheduleRecord | None:
-        row = conn.execute(f"SELECT {_COLUMNS} FROM executors_schedules WHERE name = ?",
+        row = conn.execute(f"SELECT {COLUMNS} FROM executors_schedules WHERE name = ?",
                            (name,)).fetchone()
         return None if row is None else self._decode(row)
 
     @staticmethod
     def _bump(conn: sqlite3.Connection) -> int:
         """The next change stamp (inside a write transaction: the writes are serialised)."""
-        (seq,) = conn.execute(f"SELECT {_LATEST} + 1").fetchone()
+        (seq,) = conn.execute(f"SELECT {LATEST} + 1").fetchone()
         return int(seq)
 
     def _put(self, conn: sqlite3.Connection, record: ScheduleRecord,
              expect_version: int | None) -> bool:
-        params = _record_params(record)
+        params = record_params(record)
         changed = self._bump(conn)
         if expect_version is None:
-            conn.execute(f"INSERT INTO executors_schedules ({_COLUMNS}, changed) "
+            conn.execute(f"INSERT INTO executors_schedules ({COLUMNS}, changed) "
                          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", (*params, changed))
             return True
         cur = conn.execute(
@@ -436,8 +338,8 @@ class SQLiteScheduleStore:
         state = row[10]
         if (record.counters != was.counters or record.last_fire != was.last_fire
                 or record.last_result != was.last_result or record.last_owner != was.last_owner):
-            state = _state_json(record)
-        cur = conn.execute(_UPDATE_STATE, _state_params(record, changed, row, state))
+            state = state_json(record)
+        cur = conn.execute(UPDATE_STATE, state_params(record, changed, row, state))
         return cur.rowcount == 1
 
     def declare(self, definition: ScheduleDefinition,
@@ -467,7 +369,7 @@ class SQLiteScheduleStore:
 
     @staticmethod
     def _now(conn: sqlite3.Connection) -> dt.datetime:
-        (seconds,) = conn.execute(f"SELECT {_NOW}").fetchone()
+        (seconds,) = conn.execute(f"SELECT {NOW}").fetchone()
         return from_epoch(float(seconds))
 
     def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
@@ -507,7 +409,7 @@ class SQLiteScheduleStore:
         loaded: Claimable | None = self._local.only
         if loaded is not only:
             old = loaded.names if loaded is not None else frozenset()
-            conn.execute(_CLAIMABLE_TABLE)
+            conn.execute(CLAIMABLE_TABLE)
             conn.execute("BEGIN")  # the temporary database only: the file is not locked
             try:
                 if loaded is None:
@@ -548,11 +450,11 @@ class SQLiteScheduleStore:
         # Runs whose lease expired (to settle them once), then the due records, earliest
         # first: two ordered walks of partial indexes that stop at `limit` (one query with an
         # OR would sort every due record, every claim).
-        at, where = to_epoch(now), admitted + _not_in(skip)
-        rows = conn.execute(_EXPIRED.format(where=where),
+        at, where = to_epoch(now), admitted + not_in(skip)
+        rows = conn.execute(EXPIRED.format(where=where),
                             (at, *admitted_params, *skip, limit)).fetchall()
         if len(rows) < limit:
-            rows += conn.execute(_DUE.format(where=where), (
+            rows += conn.execute(DUE.format(where=where), (
                 at, *admitted_params, *skip, limit - len(rows))).fetchall()
         items: list[tuple[tuple[Any, ...], ScheduleRecord, ScheduleRecord, Claim | None]] = []
         for row in rows:
@@ -602,12 +504,12 @@ class SQLiteScheduleStore:
         conn = self._conn()
         owners = [row[0] for row in conn.execute(
             "SELECT DISTINCT owner FROM executors_schedules WHERE running_fire IS NOT NULL "
-            f"AND lease_until >= {_NOW} AND owner IS NOT NULL AND owner <> ?", (owner,))]
+            f"AND lease_until >= {NOW} AND owner IS NOT NULL AND owner <> ?", (owner,))]
         gone = sorted(self._owners.gone(owners))
         if gone:
             with self._write(conn):
                 conn.execute(
-                    f"UPDATE executors_schedules SET lease_until = {_NOW} - 0.000001, "
+                    f"UPDATE executors_schedules SET lease_until = {NOW} - 0.000001, "
                     f"changed = ? WHERE running_fire IS NOT NULL "
                     f"AND owner IN ({', '.join('?' * len(gone))})",
                     (self._bump(conn), *gone))
@@ -619,17 +521,17 @@ class SQLiteScheduleStore:
         admitted, params = self._only(conn, only)
         skip = self._unreadable.names()
         now, fire, lease = conn.execute(
-            f"SELECT {_NOW}, (SELECT MIN(next_fire) FROM executors_schedules "
-            f"WHERE paused = 0 AND running_fire IS NULL{admitted}{_not_in(skip)}), (SELECT "
+            f"SELECT {NOW}, (SELECT MIN(next_fire) FROM executors_schedules "
+            f"WHERE paused = 0 AND running_fire IS NULL{admitted}{not_in(skip)}), (SELECT "
             "MIN(lease_until) FROM executors_schedules WHERE running_fire IS NOT NULL"
-            f"{admitted}{_not_in(skip)})", (*params, *skip, *params, *skip)).fetchone()
+            f"{admitted}{not_in(skip)})", (*params, *skip, *params, *skip)).fetchone()
         earliest = min((x for x in (fire, lease) if x is not None), default=None)
         return from_epoch(float(now)), None if earliest is None else from_epoch(float(earliest))
 
     def renew(self, claim: Claim, lease: float) -> bool:
         with self._write() as conn:
             cur = conn.execute(
-                f"UPDATE executors_schedules SET lease_until = {_NOW} + ?, changed = ? "
+                f"UPDATE executors_schedules SET lease_until = {NOW} + ?, changed = ? "
                 "WHERE name = ? AND claim_token = ? AND running_fire IS NOT NULL",
                 (lease, self._bump(conn), claim.name, claim.token))
             return cur.rowcount == 1
@@ -637,7 +539,7 @@ class SQLiteScheduleStore:
     def complete(self, claim: Claim, result: str) -> bool:
         # `finish_record` as one conditional statement, its own transaction: no read, no
         # decoding, one round of the write lock (the pool threads complete concurrently).
-        cur = self._conn().execute(_COMPLETE, (int(result != "ok"), result, claim.name,
+        cur = self._conn().execute(COMPLETE, (int(result != "ok"), result, claim.name,
                                                claim.token))
         return cur.rowcount == 1
 
@@ -653,7 +555,7 @@ class SQLiteScheduleStore:
         if not finished:
             return []
         changed = self._bump(conn)
-        return [conn.execute(_COMPLETE_STAMPED, (changed, int(result != "ok"), result,
+        return [conn.execute(COMPLETE_STAMPED, (changed, int(result != "ok"), result,
                                                  claim.name, claim.token)).rowcount == 1
                 for claim, result in finished]
 
@@ -696,7 +598,7 @@ class SQLiteScheduleStore:
 
     def _rows(self) -> list[tuple[Any, ...]]:
         return self._conn().execute(
-            f"SELECT {_COLUMNS} FROM executors_schedules ORDER BY name").fetchall()
+            f"SELECT {COLUMNS} FROM executors_schedules ORDER BY name").fetchall()
 
     def _split(self, rows: list[tuple[Any, ...]]
                ) -> tuple[list[ScheduleRecord], list[tuple[str, str]]]:
@@ -726,14 +628,14 @@ class SQLiteScheduleStore:
         conn.execute("BEGIN")  # one read snapshot: the stamps and the rows agree
         try:
             seq, removed = conn.execute(
-                f"SELECT {_LATEST}, (SELECT CAST(value AS INTEGER) FROM executors_meta "
+                f"SELECT {LATEST}, (SELECT CAST(value AS INTEGER) FROM executors_meta "
                 "WHERE key = 'removed')").fetchone()
             whole = mark is None or removed > mark
             if whole:
-                rows = conn.execute(f"SELECT {_COLUMNS} FROM executors_schedules "
+                rows = conn.execute(f"SELECT {COLUMNS} FROM executors_schedules "
                                     "ORDER BY name").fetchall()
             else:
-                rows = conn.execute(f"SELECT {_COLUMNS} FROM executors_schedules "
+                rows = conn.execute(f"SELECT {COLUMNS} FROM executors_schedules "
                                     "WHERE changed > ? ORDER BY name", (mark,)).fetchall()
         finally:
             conn.execute("COMMIT")
