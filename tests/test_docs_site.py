@@ -29,6 +29,9 @@ from pathlib import Path
 
 import pytest
 
+# One worker of a parallel run builds the site (a module fixture) and checks it all.
+pytestmark = pytest.mark.xdist_group("docs_site")
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 CONTENT = DOCS / "content"
