@@ -294,6 +294,9 @@ for (const page of pages) {
 """
 
 
+# The second tier: a browser run per 8 pages over the whole site (the longest docs check; the
+# home and a topic page render in the first tier).
+@pytest.mark.slow
 @pytest.mark.timeout(360)
 def test_no_code_block_or_table_overflows_at_1280_pixels(site: Path, served: _Server,
                                                          tmp_path: Path) -> None:
