@@ -28,9 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-# One worker of a parallel run builds the site (a module fixture) and checks it all.
-pytestmark = pytest.mark.xdist_group("docs_site")
+from helpers.quiet import run_wide
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -55,18 +53,20 @@ def _public_modules() -> list[str]:
 # -- building ---------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The site, built with `mkdocs build --strict` into a temporary directory."""
+    """The site, built with `mkdocs build --strict` into a temporary directory once a run: in
+    a parallel one, by the first worker to need it, while the others wait and then read it."""
     pytest.importorskip("mkdocs", reason="the docs extra is not installed (pip install '.[docs]')")
-    out = tmp_path_factory.mktemp("site")
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(DOCS / "mkdocs.yml"),
-         "-d", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False, env=env,
-    )
-    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stderr[-5000:]}"
+    with run_wide(tmp_path_factory.getbasetemp(), "site") as out:
+        if not (out / "index.html").exists():
+            env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+            proc = subprocess.run(
+                [sys.executable, "-m", "mkdocs", "build", "--strict", "-f",
+                 str(DOCS / "mkdocs.yml"), "-d", str(out)],
+                cwd=ROOT, capture_output=True, text=True, timeout=300, check=False, env=env,
+            )
+            assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stderr[-5000:]}"
     return out
 
 

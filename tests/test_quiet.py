@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers.quiet import QuietLock, run_lock
+from helpers.quiet import QuietLock, run_lock, run_wide
 
 pytest.importorskip("fcntl", reason="the quiet lock is made of flock files")
 
@@ -93,3 +93,28 @@ def test_no_lock_outside_a_parallel_run(tmp_path: Path, monkeypatch: pytest.Monk
     assert isinstance(lock, QuietLock)
     with lock.exclusive():
         assert (tmp_path / "quiet-room.lock").exists()
+
+
+def test_run_wide_is_one_directory_for_every_worker_built_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers of a run share `run_wide`'s directory (in the run's base temporary directory),
+    one at a time: what the first built there, the next finds."""
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    with run_wide(tmp_path / "popen-gw0", "site") as first:
+        (first / "index.html").write_text("built")
+        entered = threading.Event()
+        other = threading.Thread(target=lambda: _enter_run_wide(tmp_path / "popen-gw1", entered))
+        other.start()
+        assert not entered.wait(0.2)
+    other.join(10)
+    assert entered.is_set() and first == tmp_path / "site"
+    monkeypatch.delenv("PYTEST_XDIST_WORKER")
+    (tmp_path / "alone").mkdir()
+    with run_wide(tmp_path / "alone", "site") as own:
+        assert own == tmp_path / "alone" / "site" and not (own / "index.html").exists()
+
+
+def _enter_run_wide(basetemp: Path, entered: threading.Event) -> None:
+    with run_wide(basetemp, "site") as path:
+        assert (path / "index.html").read_text() == "built"
+        entered.set()

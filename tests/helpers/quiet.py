@@ -9,6 +9,10 @@ The lock is a readers-writer lock between the worker processes, made of two ``fl
 the run's base temporary directory (each worker's basetemp is a directory of it). A writer holds
 the turnstile while it waits for the readers in the room to leave, so a stream of ordinary tests
 on the other worker cannot starve a ``serial`` test.
+
+`run_wide` gives the workers one directory for what a run builds once (the docs site): a
+session fixture per worker would build it once per worker, and xdist's ``loadgroup``, which
+would keep a module's tests on one worker, does not group on pytest 9.2 (pytest-xdist#1386).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ try:
 except ImportError:  # Windows: no flock; the serial tests then run beside the others.
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ("QuietLock", "run_lock")
+__all__ = ("QuietLock", "run_lock", "run_wide")
 
 
 class QuietLock:
@@ -57,3 +61,19 @@ def run_lock(basetemp: Path) -> QuietLock | None:
     if fcntl is None or not os.environ.get("PYTEST_XDIST_WORKER"):
         return None
     return QuietLock(basetemp.parent)
+
+
+@contextlib.contextmanager
+def run_wide(basetemp: Path, name: str) -> Iterator[Path]:
+    """A directory `name` that every xdist worker of this run shares (`basetemp` is this
+    worker's; without xdist, a directory of it), held by one process at a time while the block
+    runs: the first to enter builds what it holds, the others find it built."""
+    root = basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp
+    path = root / name
+    path.mkdir(exist_ok=True)
+    if fcntl is None:
+        yield path
+        return
+    with (root / f"{name}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield path

@@ -32,10 +32,6 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[2]
 DB = "executors_test"
 
-# One worker of a parallel run seeds DB (a module fixture) and uses it: with MONGODB_URI, the
-# workers share one server.
-pytestmark = pytest.mark.xdist_group("mongo_seeded")
-
 
 class KillListener(monitoring.CommandListener):
     """Records every killCursors command and its reply, as the server saw them."""
