@@ -8,10 +8,12 @@ import threading
 import time
 import traceback
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers import loops
+from helpers.quiet import run_lock
 
 # EXECUTORS_TEST_LOOP=uvloop: every loop the tests make through asyncio is uvloop's (helpers/loops).
 loops.install()
@@ -19,6 +21,18 @@ loops.install()
 
 def pytest_report_header() -> str:
     return f"event loop: {loops.name()} ({loops.ENV})"
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[object]:
+    """Under pytest-xdist, a `serial` test runs alone: no other worker runs a test meanwhile
+    (helpers/quiet). Outermost, so the wait for quiet does not count in the test's timeout."""
+    basetemp = item.config.option.basetemp
+    lock = run_lock(Path(basetemp)) if basetemp else None
+    if lock is None:
+        return (yield)
+    with lock.exclusive() if item.get_closest_marker("serial") else lock.shared():
+        return (yield)
 
 
 class _Collected:

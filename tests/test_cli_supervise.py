@@ -188,31 +188,34 @@ def _put_pid(stderr: str) -> int:
     raise AssertionError(stderr)
 
 
-def test_usage_errors(tmp_path: Path) -> None:
+# Usage errors: (argv, what stderr must say). One test each, so a parallel run spreads them.
+USAGE_ERRORS = [
+    (["--", ], "missing -- COMMAND"),
+    (["--grace", "nope=1", "--", "true"], "no process named 'nope'"),
+    (["--stop-signal", "put=WAT", "--", "true"], "unknown signal"),
+    (["--with", "a=true", "--on-exit", "a=maybe", "--", "true"], "stop or ignore"),
+    (["--with", "a", "--", "true"], "NAME=COMMAND"),
+    (["--ready", "put=soon", "--", "true"], "regex:PATTERN or delay:SECONDS"),
+    (["--no-group-kill", "nope", "--", "true"], "no process named 'nope'"),
+    # Seconds follow the library's one rule, and the message names the flag as typed.
+    (["--grace", "-1", "--", "true"], "--grace must be >= 0 seconds, got -1.0"),
+    (["--grace", "nan", "--", "true"], "--grace must be a finite number of seconds"),
+    (["--grace", "put=inf", "--", "true"], "--grace put must be a finite number of seconds"),
+    (["--grace", "soon", "--", "true"], "--grace 'soon': expected a number of seconds"),
+    (["--ready-timeout", "0", "--", "true"], "--ready-timeout must be > 0 seconds, got 0.0"),
+    (["--ready-timeout", "inf", "--", "true"], "--ready-timeout must be a finite number"),
+    (["--ready", "put=delay:-1", "--", "true"],
+     "--ready put=delay:-1: ready delay must be >= 0 seconds"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), USAGE_ERRORS, ids=[m for _, m in USAGE_ERRORS])
+def test_usage_errors(args: list[str], message: str) -> None:
     """Usage errors exit 2 with a message naming the flag: unknown names, bad values (seconds
     by the library's one rule), no command."""
-    cases = [
-        (["--", ], "missing -- COMMAND"),
-        (["--grace", "nope=1", "--", "true"], "no process named 'nope'"),
-        (["--stop-signal", "put=WAT", "--", "true"], "unknown signal"),
-        (["--with", "a=true", "--on-exit", "a=maybe", "--", "true"], "stop or ignore"),
-        (["--with", "a", "--", "true"], "NAME=COMMAND"),
-        (["--ready", "put=soon", "--", "true"], "regex:PATTERN or delay:SECONDS"),
-        (["--no-group-kill", "nope", "--", "true"], "no process named 'nope'"),
-        # Seconds follow the library's one rule, and the message names the flag as typed.
-        (["--grace", "-1", "--", "true"], "--grace must be >= 0 seconds, got -1.0"),
-        (["--grace", "nan", "--", "true"], "--grace must be a finite number of seconds"),
-        (["--grace", "put=inf", "--", "true"], "--grace put must be a finite number of seconds"),
-        (["--grace", "soon", "--", "true"], "--grace 'soon': expected a number of seconds"),
-        (["--ready-timeout", "0", "--", "true"], "--ready-timeout must be > 0 seconds, got 0.0"),
-        (["--ready-timeout", "inf", "--", "true"], "--ready-timeout must be a finite number"),
-        (["--ready", "put=delay:-1", "--", "true"],
-         "--ready put=delay:-1: ready delay must be >= 0 seconds"),
-    ]
-    for args, message in cases:
-        proc = run(args)
-        assert proc.returncode == 2, (args, proc.stderr)
-        assert message in proc.stderr, (args, proc.stderr)
+    proc = run(args)
+    assert proc.returncode == 2, (args, proc.stderr)
+    assert message in proc.stderr, (args, proc.stderr)
 
 
 def test_per_process_options(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers.quiet import run_wide
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -52,18 +53,20 @@ def _public_modules() -> list[str]:
 # -- building ---------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The site, built with `mkdocs build --strict` into a temporary directory."""
+    """The site, built with `mkdocs build --strict` into a temporary directory once a run: in
+    a parallel one, by the first worker to need it, while the others wait and then read it."""
     pytest.importorskip("mkdocs", reason="the docs extra is not installed (pip install '.[docs]')")
-    out = tmp_path_factory.mktemp("site")
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(DOCS / "mkdocs.yml"),
-         "-d", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False, env=env,
-    )
-    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stderr[-5000:]}"
+    with run_wide(tmp_path_factory.getbasetemp(), "site") as out:
+        if not (out / "index.html").exists():
+            env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+            proc = subprocess.run(
+                [sys.executable, "-m", "mkdocs", "build", "--strict", "-f",
+                 str(DOCS / "mkdocs.yml"), "-d", str(out)],
+                cwd=ROOT, capture_output=True, text=True, timeout=300, check=False, env=env,
+            )
+            assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stderr[-5000:]}"
     return out
 
 
@@ -291,6 +294,9 @@ for (const page of pages) {
 """
 
 
+# The second tier: a browser run per 8 pages over the whole site (the longest docs check; the
+# home and a topic page render in the first tier).
+@pytest.mark.slow
 @pytest.mark.timeout(360)
 def test_no_code_block_or_table_overflows_at_1280_pixels(site: Path, served: _Server,
                                                          tmp_path: Path) -> None:

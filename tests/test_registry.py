@@ -50,6 +50,7 @@ def test_shutdown_when_empty_is_quick() -> None:
     assert time.perf_counter() - t0 < 0.5
 
 
+@pytest.mark.serial  # an elapsed-time bound
 def test_shutdown_joins_busy_executors_against_one_deadline() -> None:
     """Five executors busy in their targets hold shutdown for ~timeout, not 5 x timeout."""
     release = threading.Event()
@@ -105,6 +106,7 @@ def test_shutdown_hooks_run_first_with_the_deadline() -> None:
         registry.set_exit_timeout(-1)
 
 
+@pytest.mark.serial  # an elapsed-time bound
 def test_interpreter_exit_is_bounded_and_quiet() -> None:
     """300 idle and 5 busy executors: exit within the 1 s global deadline, no stderr, code 0."""
     proc, elapsed = run_python(EXIT_TIMER + textwrap.dedent("""
@@ -150,6 +152,7 @@ def exit_wait(stdout: str) -> float:
     return float(stdout.split("exit-wait")[1].split()[0])
 
 
+@pytest.mark.serial  # an elapsed-time bound
 @pytest.mark.parametrize("timeout", [0.2, 0.6])
 def test_exit_timeout_is_configurable(timeout: float) -> None:
     """set_exit_timeout(t) bounds the exit wait for busy executors to about t in all."""
@@ -173,6 +176,7 @@ T[0] = time.monotonic()
     assert timeout * 0.8 <= waited < timeout + 0.5, waited
 
 
+@pytest.mark.serial  # an elapsed-time bound
 def test_open_during_shutdown_is_refused_quietly() -> None:
     """An executor opened from a target while the interpreter exits starts no thread, no error."""
     proc, elapsed = run_python("""

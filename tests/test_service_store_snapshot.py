@@ -15,6 +15,7 @@ import pytest
 from helpers import stored_jobs
 
 from executors import BackgroundService, Interval
+from executors._service import stored_status
 from executors._service.memory_schedules import MemoryStore
 from executors._service.store import Claim, ScheduleRecord
 from executors.testing import wait_until
@@ -144,9 +145,12 @@ def test_shutdown_reports_a_snapshot_read_it_could_not_interrupt(store: SlowReco
 
 
 @pytest.mark.usefixtures("store")  # for its clean SEEN
-def test_a_snapshot_that_fails_is_a_store_error_and_the_service_goes_on() -> None:
+def test_a_snapshot_that_fails_is_a_store_error_and_the_service_goes_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """A read behind status() that raises (the store went down) is counted and reported
     like any store error; claims go on and a later read succeeds."""
+    # The later read comes SNAPSHOT_EVERY (5 s of the real clock) after the failed one.
+    monkeypatch.setattr(stored_status, "SNAPSHOT_EVERY", 0.5)
 
     class Flaky(SlowRecords):
         fail = True

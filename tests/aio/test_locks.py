@@ -1083,6 +1083,7 @@ def test_hundred_thousand_waiters() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # a timing ratio
 def test_cancelling_queued_waiters_is_linear() -> None:
     """Cancelling 16k waiters newest-first costs about what cancelling 16k tasks parked on
     their own futures costs (asyncio's deque.remove makes it ~20x that, O(n^2))."""

@@ -342,6 +342,7 @@ def _report(c: Campaign) -> None:
 
 
 # pytest-timeout's own SIGALRM would collide with the test's signal storm: its thread method.
+@pytest.mark.serial  # a signal storm that counts what a starved main thread saw
 @pytest.mark.timeout(120, method="thread")
 @pytest.mark.parametrize("seed", range(2))
 def test_ctrl_c_everywhere_leaves_everything_consistent(loop_factory: LoopFactory,
@@ -363,6 +364,7 @@ SOAK_SECONDS = 15.0
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # a signal storm
 @pytest.mark.timeout(120, method="thread")
 def test_ctrl_c_soak(loop_factory: LoopFactory) -> None:
     """The same for SOAK_SECONDS per loop, with a fresh seed (printed) each run."""
