@@ -41,6 +41,7 @@ from ._service.events import (
     SubscriptionStatistics,
 )
 from ._service.job import NO_PUBLIC_CONSTRUCTOR, Job, JobStatistics, OnError, Overrun
+from ._service.limits import check_arguments, check_name
 from ._service.options import (
     CronOptions,
     JobOptions,
@@ -406,7 +407,7 @@ class BackgroundService:
                 continuous work belongs in one `submit`-ted loop. A tiny interval is
                 honoured, and the scheduler still serves wakes and cancels between runs.
             name: unique within the service (default: the function's qualified name, made
-                unique with a ``#n`` suffix).
+                unique with a ``#n`` suffix); as for `schedule`.
             min_interval: the least time between a run's start and an early run caused by
                 `Job.wake` (<= interval).
             jitter: a random delay in ``[0, jitter]`` added to each due time (<= interval).
@@ -468,7 +469,8 @@ class BackgroundService:
 
         Args:
             trigger: when to run (see `executors.triggers`).
-            name: unique within the service (default: the function's qualified name).
+            name: unique within the service (default: the function's qualified name); not
+                empty, at most 200 characters, no control character or lone surrogate.
             missed: ``"latest"``, ``"all"`` or ``"skip"`` (above).
             max_missed: the most missed fire times ``missed="all"`` runs at one handling.
             grace: seconds (> 0) after a fire time past which no policy runs it; None
@@ -486,14 +488,18 @@ class BackgroundService:
         With a store (``BackgroundService(store=...)``) the schedule is kept there as data:
         `fn` must import back as ``"module:qualname"`` (a module-level function, a
         classmethod or a staticmethod: a lambda, a closure or a bound method of an object
-        is refused, with the reason) and `args` must be JSON. Its name is `name`, else
+        is refused, with the reason) and `args` must be JSON that every store keeps: no NUL
+        or lone surrogate in a string or key, at most 32 levels of lists and mappings, at
+        most 1 MiB (1,048,576 bytes) of UTF-8 JSON in all (`executors._service.limits`;
+        refused before anything is stored, naming the argument). Its name is `name`, else
         ``"module:qualname"`` (stable across processes). Every process declares it at start;
         each fire time is claimed by one of them (see the Schedules page, "Many processes,
         one store").
 
         Raises:
             TypeError, ValueError: a bad argument, named: `trigger` is not a trigger,
-                `missed`, `max_missed`, `grace` or `on_error` out of range, `since` naive.
+                `missed`, `max_missed`, `grace` or `on_error` out of range, `since` naive,
+                `name` or (with a store) `args` past the bounds above.
             ShutdownError: the service was shut down.
 
         Example:
@@ -631,6 +637,9 @@ class BackgroundService:
                                       "on_crash": o.on_crash}
         definition = ScheduleDefinition(name if name is not None else target,
                                         wall.trigger.to_data(), target, args, {}, options)
+        # Before anything is written: what some store would refuse later, refused here.
+        check_name(definition.name, "the name of a stored schedule")
+        check_arguments(definition.args, definition.kwargs, definition.name)
         try:
             definition.digest()
         except ValueError:
