@@ -8,17 +8,20 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import os
 import random
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import stored_jobs
 from helpers.store_urls import empty_store_url
 
 from executors import AllOf, AnyOf, BackgroundService, Cron, Date, Interval
-from executors._service import stored_declare, stored_plan
+from executors._service import stored_declare, stored_failing, stored_plan
 from executors._service.limits import ARGS_DEPTH_MAX, ARGS_SIZE_MAX, NAME_MAX
 from executors._service.store import ScheduleDefinition, open_store, sqlite_path
 from executors.testing import wait_until
@@ -236,3 +239,32 @@ def test_a_first_fire_time_over_the_budget_fails_that_declaration_only(
         store = svc.status().store
         assert store is not None
         assert [(n, "budget" in e) for n, e in store.declarations_failing] == [("never", True)]
+
+
+def test_a_declaration_failed_by_an_outage_is_retried_as_soon_as_the_store_is_back(
+        tcp_proxy: Any, mongo_server: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A schedule added while the store is unreachable fails its declaration like any other
+    (its own backoff, here stretched to 30 s); when the store answers again every failing
+    declaration is tried at the next pass, not after its backoff: it runs within seconds."""
+    from integrations.schedule_stores.mongo import MongoScheduleStore
+
+    monkeypatch.setattr(stored_failing, "DECLARE_BACKOFF_FIRST", 30.0)
+    store = MongoScheduleStore(f"mongodb://127.0.0.1:{tcp_proxy.port}/outage_{os.getpid()}",
+                               connect_timeout=1)
+    try:
+        with BackgroundService(store=store) as svc:
+            svc.schedule(Interval(0.2), stored_jobs.seen, "t", name="tick")
+            wait_until(lambda: _ticks() >= 2, 10)
+            tcp_proxy.down()
+            wait_until(lambda: (s := svc.status().store) is not None and s.store_errors >= 1,
+                       30)
+            svc.schedule(Interval(0.2), stored_jobs.seen, "l", name="late")
+            status = svc.status().store
+            assert status is not None and [n for n, _ in status.declarations_failing] == [
+                "late"]
+            tcp_proxy.up()
+            began = time.monotonic()
+            wait_until(lambda: any(tag == "l" for tag, _, _ in stored_jobs.SEEN), 20)
+            assert time.monotonic() - began < 10  # not the 30 s backoff
+    finally:
+        store.close()
