@@ -45,7 +45,8 @@ def declare_now(loop: StoreLoop, definition: ScheduleDefinition, job: Job) -> No
     trigger = trigger_of(definition.trigger)
 
     def first_fire(now: dt.datetime) -> dt.datetime | None:
-        with _search_budget.budget(stored_plan.PLAN_BUDGET):  # over it: this declaration's failure
+        # The plans' budget: a search over it fails this declaration, not the loop.
+        with _search_budget.budget(stored_plan.PLAN_BUDGET):
             return trigger.next_after(now)
 
     result = loop.store.declare(definition, first_fire)

@@ -62,7 +62,8 @@ def test_values_at_the_bounds_are_kept_by_every_store(
         svc.schedule(Interval(3600), stored_jobs.seen, "d", _nested(ARGS_DEPTH_MAX),
                      name=name)
         svc.schedule(Interval(3600), stored_jobs.seen, "e", big, name="big")
-        assert svc.status().store is not None and svc.status().store.declarations_failing == ()  # type: ignore[union-attr]
+        status = svc.status().store
+        assert status is not None and status.declarations_failing == ()
     store = open_store(url)
     try:
         record = store.get(name)
