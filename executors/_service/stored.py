@@ -157,6 +157,7 @@ class StoreLoop:
         self.declaring: dict[str, Failing] = {}
         self.plans_failing: dict[str, Failing] = {}
         self.declaration_errors = self.plan_errors = 0
+        self.searched = 0.0  # seconds the pass's plans searched (`stored_plan.plan`)
         self.in_flight: dict[tuple[str, int], _InFlight] = {}
         self.retry_completions: list[tuple[Claim, str]] = []
         # Ended runs waiting for the loop's next batch (stores with ``complete_many``).

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from executors import _search_budget
+from executors.triggers import AllOf
 
 from .events import RunMissed
 from .schedule_data import trigger_of
@@ -37,8 +39,9 @@ logger = logging.getLogger("executors.service")
 #: no process serving it: every process claims a due record within `POLL`, so only a stop of
 #: them all, or a run holding the schedule past it, leaves one waiting longer.
 UNWATCHED_AFTER = 5.0
-#: The longest a plan may search its trigger (seconds of real time; checked at each round of
-#: an `executors.AllOf`, the search that can be long by construction).
+#: The longest a plan may search its trigger, and all the plans of one pass of the store
+#: loop between them (seconds of real time; checked at each round of an `executors.AllOf`,
+#: the search that can be long by construction).
 PLAN_BUDGET = 1.0
 #: The most triggers the loop keeps decoded (one per stored schedule is what it needs).
 _TRIGGERS_KEPT = 100_000
@@ -57,12 +60,24 @@ def trigger_for(loop: StoreLoop, record: ScheduleRecord) -> TriggerLike:
         loop.triggers[record.digest] = trigger
     return trigger
 
+def _searches(trigger: TriggerLike) -> bool:
+    """Whether `trigger` holds an `executors.AllOf` (the search that can be long)."""
+    stack: list[object] = [trigger]
+    while stack:  # a stack of its own: nesting read from a store is not bounded here
+        item = stack.pop()
+        if isinstance(item, AllOf):
+            return True
+        stack.extend(getattr(item, "triggers", ()))
+    return False
+
+
 def plan(loop: StoreLoop, record: ScheduleRecord, now: dt.datetime) -> Plan | None:
     """The ``missed`` policy on a due record, at the store's `now` (`wallclock.decide`).
 
     None leaves the record as it is (not claimed, not moved, nothing counted): its trigger
     search outlasted `PLAN_BUDGET` (logged, listed in `StoreStatus.plans_failing`, tried
-    again on its own backoff), or it is waiting out that backoff.
+    again on its own backoff), it is waiting out that backoff, or the pass's plans have
+    searched for `PLAN_BUDGET` in all (it is planned at the next pass).
 
     Missed fire times are counted with one definition everywhere (`wallclock.Decision`): run
     late or not run. The record's ``missed`` counter adds what each claim handles, so a group
@@ -76,7 +91,13 @@ def plan(loop: StoreLoop, record: ScheduleRecord, now: dt.datetime) -> Plan | No
     failing = loop.plans_failing.get(name)
     if failing is not None and failing.retry_at > mono:
         return None
+    began = time.monotonic()
     try:
+        if loop.searched >= PLAN_BUDGET and _searches(trigger_for(loop, record)):
+            # The pass's plans have searched for PLAN_BUDGET already (slow plans of other
+            # schedules): the rest that may search long wait for the next pass, unmoved and
+            # not failed, so no pass stalls the loop; the others are planned as usual.
+            return None
         # Searching a trigger (an AllOf whose members rarely agree) can take long; in a
         # claim it may hold the store's lock: over budget, it is this schedule's failure.
         with _search_budget.budget(PLAN_BUDGET):
@@ -97,6 +118,8 @@ def plan(loop: StoreLoop, record: ScheduleRecord, now: dt.datetime) -> Plan | No
         logger.exception("%s: the trigger of stored schedule %r failed; it stops (no "
                          "next fire time)", loop.name, name)
         return Plan(None, None, 0)
+    finally:
+        loop.searched += time.monotonic() - began
     if failing is not None:
         succeeded(loop, loop.plans_failing, "plan", name)
     key = (name, record.version + 1)
