@@ -4,7 +4,6 @@ the argument, before anything is stored: what some store would refuse later neve
 from __future__ import annotations
 
 import datetime as dt
-import os
 import re
 from pathlib import Path
 
@@ -141,9 +140,22 @@ def test_arguments_at_the_bounds_are_accepted_and_kwargs_are_checked_alike() -> 
         check_arguments([], {"k": _nested(1_000_000)}, "x")
 
 
+def _long_named() -> None:
+    """A module-level function given a name longer than NAME_MAX (below)."""
+
+
+LONG_NAME = "f" * NAME_MAX
+_long_named.__name__ = _long_named.__qualname__ = LONG_NAME
+globals()[LONG_NAME] = _long_named  # it imports back as "tests...:fff..." (the target rule)
+
+
 def test_the_default_name_of_a_stored_schedule_is_checked_too(tmp_path: Path) -> None:
     """Unnamed, a stored schedule is named after its target ("module:qualname"); that name is
-    held to the same rule (here it passes: the schedule is stored under it)."""
+    held to the same rule: a function whose target is longer than NAME_MAX characters must be
+    given a name, and is stored under the one given."""
     with BackgroundService(store=f"sqlite:///{tmp_path / 'jobs.db'}") as svc:
-        job = svc.schedule(Interval(60), os.getpid)
-    assert job.name == "posix:getpid" or job.name.endswith(":getpid")
+        with pytest.raises(ValueError, match=f"the name of a stored schedule must be at most "
+                                             f"{NAME_MAX} characters"):
+            svc.schedule(Interval(60), _long_named)
+        job = svc.schedule(Interval(60), _long_named, name="short")
+    assert job.name == "short"
