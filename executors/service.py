@@ -638,7 +638,8 @@ class BackgroundService:
         definition = ScheduleDefinition(name if name is not None else target,
                                         wall.trigger.to_data(), target, args, {}, options)
         # Before anything is written: what some store would refuse later, refused here.
-        check_name(definition.name, "the name of a stored schedule")
+        check_name(definition.name, "name" if name is not None else
+                   "the name of an unnamed stored schedule (its target; give it a name)")
         check_arguments(definition.args, definition.kwargs, definition.name)
         try:
             definition.digest()

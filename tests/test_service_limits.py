@@ -154,8 +154,9 @@ def test_the_default_name_of_a_stored_schedule_is_checked_too(tmp_path: Path) ->
     held to the same rule: a function whose target is longer than NAME_MAX characters must be
     given a name, and is stored under the one given."""
     with BackgroundService(store=f"sqlite:///{tmp_path / 'jobs.db'}") as svc:
-        with pytest.raises(ValueError, match=f"the name of a stored schedule must be at most "
-                                             f"{NAME_MAX} characters"):
+        with pytest.raises(ValueError, match=rf"the name of an unnamed stored schedule \(its "
+                                             rf"target; give it a name\) must be at most "
+                                             rf"{NAME_MAX} characters"):
             svc.schedule(Interval(60), _long_named)
         job = svc.schedule(Interval(60), _long_named, name="short")
     assert job.name == "short"
