@@ -41,6 +41,7 @@ from ._service.events import (
     SubscriptionStatistics,
 )
 from ._service.job import NO_PUBLIC_CONSTRUCTOR, Job, JobStatistics, OnError, Overrun
+from ._service.limits import check_arguments, check_name
 from ._service.options import (
     CronOptions,
     JobOptions,
@@ -458,7 +459,7 @@ class BackgroundService:
             fn: the function to run (omitted: `every` returns a decorator).
             *args: the positional arguments of each call.
             name: unique within the service (default: the function's qualified name, made
-                unique with a ``#n`` suffix).
+                unique with a ``#n`` suffix); as for `schedule`.
             min_interval: the least time between a run's start and an early run caused by
                 `Job.wake` (<= interval).
             jitter: a random delay in ``[0, jitter]`` added to each due time (<= interval).
@@ -547,7 +548,8 @@ class BackgroundService:
             fn: the function to run (omitted: `schedule` returns a decorator). With a store,
                 a module-level function, classmethod or staticmethod (below).
             *args: the positional arguments of each call (with a store: JSON values).
-            name: unique within the service (default: the function's qualified name).
+            name: unique within the service (default: the function's qualified name); not
+                empty, at most 200 characters, no control character or lone surrogate.
             missed: ``"latest"``, ``"all"`` or ``"skip"`` (above).
             max_missed: the most missed fire times ``missed="all"`` runs at one handling.
             grace: seconds (> 0) after a fire time past which no policy runs it; None
@@ -566,15 +568,18 @@ class BackgroundService:
         `fn` must import back as ``"module:qualname"`` (a module-level function, a
         classmethod or a staticmethod: a lambda, a closure or a bound method of an object
         is refused, with the reason; that it imports back is checked at `start()`, as the
-        name a decorator decorates is bound only after it) and `args` must be JSON. Its name
-        is `name`, else ``"module:qualname"`` (stable across processes); a program run as a
-        script names it ``"__main__:fn"`` (a WARNING says so). Every process declares it at
-        start; each fire time is claimed by one of them (see the Schedules page, "Many
-        processes, one store").
+        name a decorator decorates is bound only after it) and `args` must be JSON that every
+        store keeps: no NUL or lone surrogate in a string or key, at most 32 levels of lists
+        and mappings, at most 1 MiB (1,048,576 bytes) of UTF-8 JSON in all (refused before
+        anything is stored, naming the argument). Its name is `name`, else
+        ``"module:qualname"`` (stable across processes); a program run as a script names it
+        ``"__main__:fn"`` (a WARNING says so). Every process declares it at start; each fire
+        time is claimed by one of them (see the Schedules page, "Many processes, one store").
 
         Raises:
             TypeError, ValueError: a bad argument, named: `trigger` is not a trigger,
-                `missed`, `max_missed`, `grace` or `on_error` out of range, `since` naive.
+                `missed`, `max_missed`, `grace` or `on_error` out of range, `since` naive,
+                `name` or (with a store) `args` past the bounds above.
             ShutdownError: the service was shut down.
 
         Example:
@@ -736,6 +741,10 @@ class BackgroundService:
                                       "on_crash": o.on_crash}
         definition = ScheduleDefinition(name if name is not None else target,
                                         wall.trigger.to_data(), target, args, {}, options)
+        # Before anything is written: what some store would refuse later, refused here.
+        check_name(definition.name, "name" if name is not None else
+                   "the name of an unnamed stored schedule (its target; give it a name)")
+        check_arguments(definition.args, definition.kwargs, definition.name)
         try:
             definition.digest()
         except ValueError:

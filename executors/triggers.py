@@ -38,10 +38,10 @@ import hashlib
 import logging
 from collections.abc import Mapping
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Literal, Protocol, runtime_checkable
+from typing import ClassVar, Literal, Protocol, runtime_checkable
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from . import _validate, _zones
+from . import _search_budget, _validate, _zones
 from ._calendar import CalendarPattern
 from ._cron import CronFields
 from ._trigger_data import checked, iso, number, text, whole
@@ -538,9 +538,11 @@ class AllOf(_Value):
     Each round asks every member for its first fire at or after the latest candidate so far;
     when all agree, that instant fires. After `max_rounds` rounds without agreement it gives
     up: `next_after` returns None and logs a WARNING on the logger ``executors.triggers``.
+    `max_rounds` above `MAX_ROUNDS` is a ValueError, here and in data (rounds multiply).
     """
 
     __slots__ = ("max_rounds", "triggers", "tz")
+    MAX_ROUNDS: ClassVar[int] = 10_000  # two cron members: 20-60 ms a thousand rounds here
 
     triggers: tuple[Trigger, ...]
     max_rounds: int
@@ -549,6 +551,8 @@ class AllOf(_Value):
     def __init__(self, *triggers: Trigger, max_rounds: int = 1000) -> None:
         members = _members(triggers, "triggers")
         _validate.count(max_rounds, "max_rounds", minimum=1)
+        if max_rounds > self.MAX_ROUNDS:
+            raise ValueError(f"max_rounds must be at most {self.MAX_ROUNDS:,}, got {max_rounds:,}")
         self._set(triggers=members, max_rounds=max_rounds, tz=_first_zone(members))
 
     def _key(self) -> tuple[object, ...]:
@@ -565,6 +569,7 @@ class AllOf(_Value):
         _instant(instant)
         after = instant
         for _ in range(self.max_rounds):
+            _search_budget.check()  # a store loop's plan has a time budget
             fires = [m.next_after(after) for m in self.triggers]
             if any(f is None for f in fires):
                 return None

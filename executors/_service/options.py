@@ -13,6 +13,7 @@ from executors import _validate
 from executors.triggers import Cron, FoldPolicy, GapPolicy
 
 from .job import OnError, Overrun, job_interval
+from .limits import check_name
 from .store import OnCrash
 from .wallclock import Missed, WallOnError, WallState, wall_state
 
@@ -60,6 +61,9 @@ class JobOptions:
 def _check_name(name: object) -> None:
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+    if name is not None:
+        # One rule for every job's name, stored or not: it is printed in the same logs.
+        check_name(name)
 
 
 def every_options(interval: object, min_interval: object, jitter: object, delay: object,

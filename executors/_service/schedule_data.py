@@ -178,9 +178,12 @@ class StoreStatus:
     url: str
     #: This process's owner id in the store (``host:pid:random``).
     owner: str
-    #: False while the store cannot be reached (the service keeps running what it claimed).
+    #: False while the store cannot be reached (the service keeps running what it claimed),
+    #: or while a declaration or a plan of this process fails (`declarations_failing`,
+    #: `plans_failing`: a schedule the code declares is not being served).
     healthy: bool
-    #: The latest store error (``"Type: message"``), or None.
+    #: The latest store error (``"Type: message"``), or None; while the store answers and a
+    #: declaration or plan fails, that one (``"stored schedule 'name': Type: message"``).
     last_error: str | None
     #: Fire times this process claimed.
     claims: int
@@ -205,6 +208,17 @@ class StoreStatus:
     #: Records this process does not declare whose target ``serve=`` refused: each counted
     #: (and logged) once per record and target, never claimed, imported or run here.
     refused: int = 0
+    #: ``(name, error)`` of each schedule of this process whose declaration the store refused
+    #: (tried again on its own backoff; the other schedules are served meanwhile).
+    declarations_failing: tuple[tuple[str, str], ...] = ()
+    #: Failed declaration attempts since the service started.
+    declaration_errors: int = 0
+    #: ``(name, error)`` of each schedule whose plan (next fire time, ``missed`` walk) failed
+    #: or took longer than its time budget: the record was left as it was, tried again on its
+    #: own backoff.
+    plans_failing: tuple[tuple[str, str], ...] = ()
+    #: Failed plans since the service started.
+    plan_errors: int = 0
 
 
 # -- a job's link to the store ------------------------------------------------------------------

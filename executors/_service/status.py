@@ -64,7 +64,8 @@ class ServiceStatus:
     @property
     def healthy(self) -> bool:
         """True while the service runs, no job has been stopped by an error, and its store
-        (if any) answers."""
+        (if any) answers and takes every declaration and plan of this process
+        (`StoreStatus.healthy`)."""
         return self.service.state == "running" and not any(
             j.state == "failed" for j in self.jobs
         ) and (self.store is None or self.store.healthy)

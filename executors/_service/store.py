@@ -316,12 +316,14 @@ class Plan:
     run: dt.datetime | None
     #: The record's next fire time after this claim (None: the trigger is exhausted).
     next_fire: dt.datetime | None
-    #: How many due fire times this claim counts as missed (not run).
+    #: How many due fire times this claim counts as missed: run late or not run (the
+    #: definition of ``wallclock.Decision.missed``, the one the log and `RunMissed` use).
     missed: int = 0
 
 
-#: ``planner(record, store_now) -> Plan``: what to do with a record that is due at `store_now`.
-Planner = Callable[[ScheduleRecord, dt.datetime], Plan]
+#: ``planner(record, store_now) -> Plan``: what to do with a record that is due at `store_now`;
+#: None: leave it as it is (not claimed, not moved), the planner failed on it.
+Planner = Callable[[ScheduleRecord, dt.datetime], "Plan | None"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -616,6 +618,9 @@ def settle_claim(record: ScheduleRecord, owner: str, now: dt.datetime, lease: fl
         return (dataclasses.replace(record, version=record.version + 1), None) if settled \
             else None
     plan = planner(record, now)
+    if plan is None:  # the planner's failure: the record stays as it is (a crash settled)
+        return (dataclasses.replace(record, version=record.version + 1), None) if settled \
+            else None
     counters["missed"] += plan.missed
     version = record.version + 1
     if plan.run is None:

@@ -11,6 +11,8 @@ A `BackgroundService` given a store (``BackgroundService(store="sqlite:///jobs.d
 - **Code decides what runs** (`executors._service.stored_trust`): only the records this
   process declares are claimed, run with its code's function, arguments, trigger and policies
   (a record that differs is written back); others are listed, never run, unless ``serve=``.
+- **A refused declaration is that schedule's failure alone**, retried on its own backoff
+  (`executors._service.stored_declare`); the pass goes on to its claims.
 - **Claim.** The loop claims due records in batches of up to `BATCH` with a lease of `LEASE`
   (30 s) on the store's clock; the planner applies the ``missed`` policy inside the claim's
   conditional update (`executors._service.stored_plan`). Each claim runs on the pool with
@@ -58,22 +60,22 @@ from typing import TYPE_CHECKING, Literal, cast, final
 from executors import _threads
 
 from .claimable import Claimable
-from .events import LeaseLost, ScheduleAdded, ScheduleChanged, ScheduleRemoved
+from .events import LeaseLost, ScheduleRemoved
 from .schedule_data import (
     StoredSchedule,
     StoreStatus,
     check_store,
-    check_target,
     resolve_target,
     target_of,
-    trigger_of,
 )
 from .store import Claim, ScheduleDefinition, ScheduleRecord, ScheduleStore
 from .store_calls import WatchedStore
+from .stored_declare import declare_now, retry_all, serve_declarations
+from .stored_failing import Failing, failed, succeeded
 from .stored_faults import OwnRunsFirst, finish, on_crash
 from .stored_plan import UNWATCHED_AFTER, Decision, LoopPlanner, announce_missed, resume_record
 from .stored_run import StoredLink, StoredRun
-from .stored_status import ask_snapshot, refresh_job
+from .stored_status import ask_snapshot
 from .stored_trust import Trust, admit, claimable
 
 if TYPE_CHECKING:
@@ -113,6 +115,9 @@ BATCH = 100
 #: The first and the longest wait before retrying an unreachable store (seconds).
 BACKOFF_FIRST = 0.1
 BACKOFF_MAX = 5.0
+
+#: While a plan fails (its record left due), the shortest sleep between passes (seconds).
+PLAN_RETRY_PASS = 0.1
 
 _CLOSE = object()
 _NUDGE = object()
@@ -169,6 +174,11 @@ class StoreLoop:
         # is the `on_crash` method.
         self.planner = LoopPlanner(self)
         self.to_declare: dict[str, tuple[ScheduleDefinition, Job]] = {}
+        # Declarations and plans that failed, each with its own backoff (`stored_declare`).
+        self.declaring: dict[str, Failing] = {}
+        self.plans_failing: dict[str, Failing] = {}
+        self.declaration_errors = self.plan_errors = 0
+        self.searched = 0.0  # seconds the pass's plans searched (`stored_plan.plan`)
         self.in_flight: dict[tuple[str, int], _InFlight] = {}
         self.retry_completions: list[tuple[Claim, str]] = []
         # (name, token) of the completions pool threads are writing now (see `on_crash`).
@@ -285,58 +295,32 @@ class StoreLoop:
             self.snapshot_at = self.snapshot_floor if bounded else -math.inf
 
     def declare(self, definition: ScheduleDefinition, job: Job) -> None:
-        """Declare now if the store answers; else the loop declares it when it does."""
+        """Declare now if the store takes it; else the loop tries it again on its own backoff
+        (`executors._service.stored_declare`), the other schedules served meanwhile."""
         with self.lock:
             self.jobs[definition.name] = job
             self.trust.renamed = True
+        now = self.scheduler.clock.monotonic()
         try:
-            self._declare(definition, job)
+            declare_now(self, definition, job)
         except Exception as exc:
-            self._failed("declare", exc)
             with self.lock:
                 self.to_declare[definition.name] = (definition, job)
+            failed(self, self.declaring, "declaration", definition.name, exc, now)
             self.nudge()
+        else:
+            with self.lock:  # this declaration supersedes one still waiting
+                self.to_declare.pop(definition.name, None)
+            succeeded(self, self.declaring, "declaration", definition.name)
 
     def declare_later(self, definition: ScheduleDefinition, job: Job) -> None:
-        """Declare at the loop's next pass (a decorator's name is not bound yet: see below)."""
+        """Declare at the loop's next pass (a decorator's name is not bound yet: see
+        `schedule_data.check_target`)."""
         with self.lock:
             self.jobs[definition.name] = job
             self.trust.renamed = True
             self.to_declare[definition.name] = (definition, job)
         self.nudge()
-
-    def _declare(self, definition: ScheduleDefinition, job: Job) -> None:
-        # Checked where it is written: while a decorator runs, its name is not bound yet.
-        check_target(definition.target, job.fn)
-        trigger = trigger_of(definition.trigger)
-
-        def first_fire(now: dt.datetime) -> dt.datetime | None:
-            return trigger.next_after(now)
-
-        result = self.store.declare(definition, first_fire)
-        with self.lock:
-            self._touch(definition.name)
-            refresh_job(job, result.record)
-        self._refresh_soon()
-        self.wanted = True
-        self.relist.add(definition.name)  # declared here now (its row may not have changed)
-        events = self.scheduler.events
-        if result.outcome == "replaced":
-            # Not "changed": nothing of the stored state could be kept.
-            logger.error("%s: stored schedule %r could not be read (%s) and is replaced by "
-                         "this declaration in %s: %s -> %s (its state starts again)",
-                         self.name, definition.name, result.unreadable,
-                         self.store.display_url, trigger.describe(), definition.target)
-            if ScheduleChanged in events.wanted:
-                events.emit(ScheduleChanged(definition.name, trigger.describe()))
-        elif result.outcome == "changed":
-            logger.warning("%s: schedule %r changed in %s: now %s -> %s (its state is kept)",
-                           self.name, definition.name, self.store.display_url,
-                           trigger.describe(), definition.target)
-            if ScheduleChanged in events.wanted:
-                events.emit(ScheduleChanged(definition.name, trigger.describe()))
-        elif result.outcome == "added" and ScheduleAdded in events.wanted:
-            events.emit(ScheduleAdded(definition.name, trigger.describe()))
 
     def unschedule(self, name: str) -> bool:
         """Remove `name` from the store (True if it was there)."""
@@ -345,6 +329,8 @@ class StoreLoop:
             job = self.jobs.pop(name, None)
             self.trust.renamed = True
             self.to_declare.pop(name, None)
+            self.declaring.pop(name, None)
+            self.plans_failing.pop(name, None)
             self.relist.add(name)
             self.touched.pop(name, None)
         if job is not None:
@@ -369,16 +355,22 @@ class StoreLoop:
                 # than the refresh of a few changes).
                 listed = self.listed
                 snapshot = self.snapshot = tuple(listed[name][2] for name in sorted(listed))
+            failing = tuple(sorted((n, f.error) for n, f in self.declaring.items()))
+            plans = tuple(sorted((n, f.error) for n, f in self.plans_failing.items()))
         # Read from the calls in progress: the hung thread need not return to be seen.
-        healthy, blocked = self.healthy, None
+        blocked = None
         call = self.watched.blocked()
         if call is not None and call[1] >= self.blocked_after:
-            healthy = False
             blocked = f"store call blocked {call[1]:.0f} s ({call[0]} on {call[2]})"
-        return StoreStatus(self.store.display_url, self.owner, healthy, self.last_error,
+        # A schedule this process declares and does not serve reads unhealthy too.
+        last_error = self.last_error if not self.healthy or not (failing or plans) else \
+            f"stored schedule {(failing or plans)[0][0]!r}: {(failing or plans)[0][1]}"
+        healthy = self.healthy and blocked is None and not failing and not plans
+        return StoreStatus(self.store.display_url, self.owner, healthy, last_error,
                            self.claims, self.completed, self.lease_lost, self.store_errors,
                            len(self.retry_completions), snapshot, self.corrupt, blocked,
-                           self.trust.refused)
+                           self.trust.refused, failing, self.declaration_errors, plans,
+                           self.plan_errors)
 
     # -- the thread ---------------------------------------------------------------------------
 
@@ -409,6 +401,7 @@ class StoreLoop:
                 if not self.healthy:
                     logger.warning("%s: the schedule store %s answers again", self.name,
                                    self.store.display_url)
+                    retry_all(self, monotonic())
                 self.healthy = True
                 backoff = BACKOFF_FIRST
             if delay > 0:
@@ -456,12 +449,7 @@ class StoreLoop:
     def _serve(self, monotonic: Callable[[], float]) -> float:
         """One pass: declare, complete, renew, claim, refresh; the delay until the next."""
         self.wake_at = math.inf  # awake: a completion from now on nudges (see `complete`)
-        with self.lock:
-            pending = list(self.to_declare.values())
-        for definition, job in pending:
-            self._declare(definition, job)
-            with self.lock:
-                self.to_declare.pop(definition.name, None)
+        serve_declarations(self, monotonic())  # each on its own: a failure stops no claim
         if self.complete_and_claim is None:
             self._write_finished()
         self._retry_completions()
@@ -511,6 +499,8 @@ class StoreLoop:
         if self.wanted and not self.reading and self.snapshot_at > now:  # put off by 5 %
             delay = min(delay, self.snapshot_at - now)
         delay = max(0.0, min(delay, POLL))
+        if self.plans_failing:  # a record left due by its failed plan: no spin on it
+            delay = max(delay, min(PLAN_RETRY_PASS, POLL))
         self.wake_at = store_now.timestamp() + delay
         return delay
 

@@ -15,11 +15,16 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import time
 from typing import TYPE_CHECKING, final
+
+from executors import _search_budget
+from executors.triggers import AllOf
 
 from .events import RunMissed
 from .schedule_data import trigger_of
 from .store import Plan, ScheduleRecord, ScheduleStore
+from .stored_failing import failed, succeeded
 from .stored_trust import declaration
 from .wallclock import WALK_BOUND, decide
 
@@ -27,8 +32,8 @@ if TYPE_CHECKING:
     from .stored import StoreLoop
     from .wallclock import Missed, TriggerLike
 
-__all__ = ("UNWATCHED_AFTER", "Decision", "LoopPlanner", "announce_missed", "plan",
-           "resume_record", "trigger_for")
+__all__ = ("PLAN_BUDGET", "UNWATCHED_AFTER", "Decision", "LoopPlanner", "announce_missed",
+           "plan", "resume_record", "trigger_for")
 
 logger = logging.getLogger("executors.service")
 
@@ -36,6 +41,10 @@ logger = logging.getLogger("executors.service")
 #: no process serving it: every process claims a due record within `POLL`, so only a stop of
 #: them all, or a run holding the schedule past it, leaves one waiting longer.
 UNWATCHED_AFTER = 5.0
+#: The longest a plan may search its trigger, and all the plans of one pass of the store
+#: loop between them (seconds of real time; checked at each round of an `executors.AllOf`,
+#: the search that can be long by construction).
+PLAN_BUDGET = 1.0
 #: The most triggers the loop keeps decoded (one per stored schedule is what it needs).
 _TRIGGERS_KEPT = 100_000
 
@@ -55,45 +64,89 @@ def trigger_for(loop: StoreLoop, record: ScheduleRecord) -> TriggerLike:
         loop.triggers[key] = trigger
     return trigger
 
-def plan(loop: StoreLoop, record: ScheduleRecord, now: dt.datetime) -> Plan:
+def _searches(trigger: TriggerLike) -> bool:
+    """Whether `trigger` holds an `executors.AllOf` (the search that can be long)."""
+    stack: list[object] = [trigger]
+    while stack:  # a stack of its own: nesting read from a store is not bounded here
+        item = stack.pop()
+        if isinstance(item, AllOf):
+            return True
+        stack.extend(getattr(item, "triggers", ()))
+    return False
+
+
+def plan(loop: StoreLoop, record: ScheduleRecord, now: dt.datetime) -> Plan | None:
     """The ``missed`` policy on a due record, at the store's `now` (`wallclock.decide`), with
     the trigger and policies of this process's declaration (the record's only for a record
-    written elsewhere that ``serve=`` admits)."""
+    written elsewhere that ``serve=`` admits).
+
+    None leaves the record as it is (not claimed, not moved, nothing counted): its trigger
+    search outlasted `PLAN_BUDGET` (logged, listed in `StoreStatus.plans_failing`, tried
+    again on its own backoff), it is waiting out that backoff, or the pass's plans have
+    searched for `PLAN_BUDGET` in all (it is planned at the next pass).
+
+    Missed fire times are counted with one definition everywhere (`wallclock.Decision`): run
+    late or not run. The record's ``missed`` counter adds what each claim handles, so a group
+    walked over several claims (``"all"``) adds up to what was announced for it.
+    """
     declared = declaration(loop, record.name)
     options = record.definition.options if declared is None else declared[0].options
     first = record.next_fire
     assert first is not None
+    name = record.name
+    mono = loop.scheduler.clock.monotonic()
+    failing = loop.plans_failing.get(name)
+    if failing is not None and failing.retry_at > mono:
+        return None
+    began = time.monotonic()
     try:
         trigger = trigger_for(loop, record) if declared is None else declared[1]
-        policy: Missed = options.get("missed", "latest")  # type: ignore[assignment]
-        # Fire times left unclaimed past UNWATCHED_AFTER passed unwatched, up to now, as
-        # in memory after a restart with `since`: "skip" runs none of them (the store
-        # cannot see a stop, only that nobody claimed them in time).
-        at = now.timestamp()
-        unwatched = ("stopped", at) if at - first.timestamp() > UNWATCHED_AFTER else None
-        d = decide(trigger, first, trigger.next_after(first), at, policy,
-                   int(options.get("max_missed", 100)),  # type: ignore[call-overload]
-                   options.get("grace"), unwatched)  # type: ignore[arg-type]
+        if loop.searched >= PLAN_BUDGET and _searches(trigger):
+            # The pass's plans have searched for PLAN_BUDGET already (slow plans of other
+            # schedules): the rest that may search long wait for the next pass, unmoved and
+            # not failed, so no pass stalls the loop; the others are planned as usual.
+            return None
+        # Searching a trigger (an AllOf whose members rarely agree) can take long; in a
+        # claim it may hold the store's lock: over budget, it is this schedule's failure.
+        with _search_budget.budget(PLAN_BUDGET):
+            policy: Missed = options.get("missed", "latest")  # type: ignore[assignment]
+            # Fire times left unclaimed past UNWATCHED_AFTER passed unwatched, up to now, as
+            # in memory after a restart with `since`: "skip" runs none of them (the store
+            # cannot see a stop, only that nobody claimed them in time).
+            at = now.timestamp()
+            unwatched = ("stopped", at) if at - first.timestamp() > UNWATCHED_AFTER else None
+            d = decide(trigger, first, trigger.next_after(first), at, policy,
+                       int(options.get("max_missed", 100)),  # type: ignore[call-overload]
+                       options.get("grace"), unwatched)  # type: ignore[arg-type]
+    except _search_budget.SearchTimeout as exc:
+        failed(loop, loop.plans_failing, "plan", name, exc, mono)
+        return None
     except Exception:
         logger.exception("%s: the trigger of stored schedule %r failed; it stops (no "
-                         "next fire time)", loop.name, record.name)
+                         "next fire time)", loop.name, name)
         return Plan(None, None, 0)
-    key = (record.name, record.version + 1)
+    finally:
+        loop.searched += time.monotonic() - began
+    if failing is not None:
+        succeeded(loop, loop.plans_failing, "plan", name)
+    key = (name, record.version + 1)
     if policy == "all" and len(d.runs) > 1:
         # One fire time per claim: the next claim takes the next one (a group of due
-        # fire times is walked once, here, and the rest stay due in the record).
-        plan = Plan(d.runs[0], d.runs[1], d.count - len(d.runs))
+        # fire times is walked once, here, and the rest stay due in the record). This
+        # claim counts the ones it drops and the one it runs (late: a later one is due).
+        plan = Plan(d.runs[0], d.runs[1], d.count - len(d.runs) + 1)
     else:
-        plan = Plan(d.runs[-1] if d.runs else None, d.next_fire, d.count - len(d.runs))
+        plan = Plan(d.runs[-1] if d.runs else None, d.next_fire, d.missed)
     loop.planned[key] = plan.next_fire
-    announced = loop.announced.get(record.name)
+    announced = loop.announced.get(name)
     if d.missed and (announced is None or first > announced):
         # Once a group: "all" walks it one claim at a time, and each later claim of the
         # walk sees the rest of the group this process has announced already.
-        loop.announced[record.name] = d.last
+        loop.announced[name] = d.last
         loop.decisions[key] = (
             d.missed, d.ran, first, d.last_missed, d.reason, policy, d.truncated)
     return plan
+
 
 @final
 class LoopPlanner:
@@ -106,7 +159,7 @@ class LoopPlanner:
     def __init__(self, loop: StoreLoop) -> None:
         self.loop = loop
 
-    def __call__(self, record: ScheduleRecord, now: dt.datetime) -> Plan:
+    def __call__(self, record: ScheduleRecord, now: dt.datetime) -> Plan | None:
         return plan(self.loop, record, now)
 
     def lost(self, name: str, version: int) -> None:

@@ -1,0 +1,113 @@
+"""Declaring a process's stored schedules, each on its own: one the store refuses is that
+schedule's failure alone, never a stop of the others.
+
+The store loop (`executors._service.stored`) declares a schedule when it is added (or at
+start) and, if that fails, at its passes: each failing declaration waits its own backoff
+(`executors._service.stored_failing`), is logged as an ERROR when its error changes, counted
+(`StoreStatus.declaration_errors`) and listed with its error (`StoreStatus.declarations_failing`)
+until the store takes it. A failure is not the store's (`StoreLoop._failed`): the pass goes on
+to its completions and claims, and the other schedules of the process keep being served. When
+the store comes back after an outage (which fails every declaration) the backoffs start again
+(`retry_all`). The first fire time is searched within the plans' time budget
+(`stored_plan.PLAN_BUDGET`): a trigger that outlasts it fails its declaration alone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import TYPE_CHECKING
+
+from executors import _search_budget
+
+from . import stored_plan
+from .events import ScheduleAdded, ScheduleChanged
+from .schedule_data import check_target, trigger_of
+from .stored_failing import DECLARE_BACKOFF_FIRST, failed, succeeded
+from .stored_status import refresh_job
+
+if TYPE_CHECKING:
+    from .job import Job
+    from .store import ScheduleDefinition
+    from .stored import StoreLoop
+
+__all__ = ("declare_now", "retry_all", "serve_declarations")
+
+logger = logging.getLogger("executors.service")
+
+#: A failed plan whose retry is this late (seconds) was not retried: its record is not due
+#: here any more (every pass claims the due records, at least every POLL).
+_STALE = 5.0
+
+
+def declare_now(loop: StoreLoop, definition: ScheduleDefinition, job: Job) -> None:
+    """Declare `definition` in the store (raises what the store raises)."""
+    # Checked where it is written: while a decorator runs, its name is not bound yet.
+    check_target(definition.target, job.fn)
+    trigger = trigger_of(definition.trigger)
+
+    def first_fire(now: dt.datetime) -> dt.datetime | None:
+        # The plans' budget: a search over it fails this declaration, not the loop.
+        with _search_budget.budget(stored_plan.PLAN_BUDGET):
+            return trigger.next_after(now)
+
+    result = loop.store.declare(definition, first_fire)
+    with loop.lock:
+        loop._touch(definition.name)
+        refresh_job(job, result.record)
+    loop._refresh_soon()
+    loop.wanted = True
+    loop.relist.add(definition.name)  # declared here now (its row may not have changed)
+    events = loop.scheduler.events
+    if result.outcome == "replaced":
+        # Not "changed": nothing of the stored state could be kept.
+        logger.error("%s: stored schedule %r could not be read (%s) and is replaced by "
+                     "this declaration in %s: %s -> %s (its state starts again)",
+                     loop.name, definition.name, result.unreadable,
+                     loop.store.display_url, trigger.describe(), definition.target)
+        if ScheduleChanged in events.wanted:
+            events.emit(ScheduleChanged(definition.name, trigger.describe()))
+    elif result.outcome == "changed":
+        logger.warning("%s: schedule %r changed in %s: now %s -> %s (its state is kept)",
+                       loop.name, definition.name, loop.store.display_url,
+                       trigger.describe(), definition.target)
+        if ScheduleChanged in events.wanted:
+            events.emit(ScheduleChanged(definition.name, trigger.describe()))
+    elif result.outcome == "added" and ScheduleAdded in events.wanted:
+        events.emit(ScheduleAdded(definition.name, trigger.describe()))
+
+
+def serve_declarations(loop: StoreLoop, now: float) -> None:
+    """The pass's declarations: those whose backoff has passed, each on its own.
+
+    Also forgets a failed plan not tried again long after its backoff: its record is no
+    longer due here (another process planned it, it was paused or removed), and a failure
+    nobody retries must not keep the service unhealthy."""
+    loop.searched = 0.0  # the pass's plans share one budget of search time (`stored_plan`)
+    with loop.lock:
+        for name in [n for n, f in loop.plans_failing.items() if f.retry_at < now - _STALE]:
+            del loop.plans_failing[name]
+        failing = loop.declaring
+        pending = [(d, job) for name, (d, job) in loop.to_declare.items()
+                   if name not in failing or failing[name].retry_at <= now]
+    for definition, job in pending:
+        name = definition.name
+        try:
+            declare_now(loop, definition, job)
+        except Exception as exc:
+            failed(loop, loop.declaring, "declaration", name, exc, now)
+            continue
+        with loop.lock:
+            # Declared again meanwhile (a reschedule): that one is still to do.
+            if loop.to_declare.get(name, (None,))[0] is definition:
+                del loop.to_declare[name]
+        succeeded(loop, loop.declaring, "declaration", name)
+
+
+def retry_all(loop: StoreLoop, now: float) -> None:
+    """The store answers again after an outage, which failed every declaration: try them all
+    at the next pass, not after their backoffs."""
+    with loop.lock:
+        for item in loop.declaring.values():
+            item.retry_at = now
+            item.backoff = DECLARE_BACKOFF_FIRST / 2
