@@ -70,16 +70,15 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
-import importlib
 import json
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal, Protocol, TypeGuard
 
 from executors import _validate
-from executors._urls import redact
 
-from .sqlite_url import sqlite_path as sqlite_path
+from .store_urls import open_store as open_store
+from .store_urls import sqlite_path as sqlite_path
 
 if TYPE_CHECKING:
     from .claimable import Claimable
@@ -481,57 +480,6 @@ def _int(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"expected an integer, got {value!r}")
     return value
-
-
-# -- finding a store by its URL ----------------------------------------------------------------
-
-# scheme -> (module, class), imported only when a URL names it: the core imports no driver.
-_BACKENDS = {
-    "sqlite": ("executors._service.sqlite_schedules", "SQLiteScheduleStore", None),
-    "mongodb": ("integrations.schedule_stores.mongo", "MongoScheduleStore", "mongo"),
-    "mongodb+srv": ("integrations.schedule_stores.mongo", "MongoScheduleStore", "mongo"),
-    "postgresql": ("integrations.schedule_stores.postgres", "PostgresScheduleStore",
-                   "postgres"),
-    "postgres": ("integrations.schedule_stores.postgres", "PostgresScheduleStore", "postgres"),
-}
-
-
-def open_store(url: str, *, create: bool = True) -> ScheduleStore:
-    """The store a URL names: ``memory:``, ``sqlite:///path``, ``mongodb://...``,
-    ``postgresql://...``. `create` False: the store must already exist; where there is
-    none, nothing is created (no file, table, collection, index or format record) and it is
-    refused (`StoreFormatError`; a missing SQLite file: ConnectionError).
-
-    Raises:
-        TypeError: `url` is not a string.
-        ValueError: an unknown scheme (naming it and the known ones), or a URL its driver
-            cannot read (naming it, secrets hidden).
-        ImportError: the scheme's driver is not installed (naming the extra to install).
-        ConnectionError: the store cannot be reached (naming the URL, secrets hidden).
-
-    Every message names the URL with its password and secret query values (``password``,
-    ``sslpassword``, ``passfile``, ``token``, ``secret``) hidden, and is not chained to the
-    driver's error.
-    """
-    if not isinstance(url, str):
-        raise TypeError(f"store must be a URL or a store object, got {type(url).__name__}")
-    scheme = url.partition(":")[0].lower()
-    if scheme == "memory":  # found as the other backends are: memory_schedules imports this
-        memory = importlib.import_module("executors._service.memory_schedules")
-        return memory.MemoryStore()  # type: ignore[no-any-return]
-    backend = _BACKENDS.get(scheme)
-    if backend is None:
-        known = ", ".join(["memory", *sorted(_BACKENDS)])
-        raise ValueError(f"store URL scheme {scheme!r} is not one of: {known} "
-                         f"(in {redact(url)!r})")
-    module_name, class_name, extra = backend
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ImportError(f"the {scheme}:// store needs a driver that is not installed "
-                          f"({exc.name}): pip install 'executors[{extra}]'") from exc
-    factory: Callable[..., ScheduleStore] = getattr(module, class_name)
-    return factory(sqlite_path(url) if scheme == "sqlite" else url, create=create)
 
 
 # -- the memory store ---------------------------------------------------------------------------

@@ -26,18 +26,13 @@ A `BackgroundService` given a store (``BackgroundService(store="sqlite:///jobs.d
   renewals never wait for it. The next fire time a claim gives its schedule is shown on the
   job at once.
 - **Sleep.** Between claims the loop sleeps until the store's earliest next fire time
-  (`ScheduleStore.next_due`, converted from the store's clock to a monotonic delay), never
-  longer than `POLL` (1 s): a pause, resume, reschedule, removal or run-now made by another
-  process or by ``executors schedules`` is seen within `POLL`. A store that can report its
-  changes (``watch(callback)``: the PostgreSQL store, by ``LISTEN/NOTIFY``) wakes the loop at
-  once instead, and the copy behind `status()` is refreshed on the next pass (still at most
-  5 % of the loop's time); polling stays as the safety net. (MongoDB change streams are not
-  used.)
-- **The store fails, the service does not.** A store error marks the service unhealthy
-  (`StoreStatus.healthy`, `ServiceStatus.healthy`), and the loop retries with a backoff from
-  `BACKOFF_FIRST` doubling to `BACKOFF_MAX`; runs already claimed go on. When the store answers
-  again the loop declares what it could not and claims again; fencing keeps any fire time from
-  being run twice under ``on_crash="drop"``.
+  (`ScheduleStore.next_due`), never longer than `POLL` (1 s), so a change made elsewhere is
+  seen within `POLL`; a store that reports changes (``watch``: PostgreSQL's ``LISTEN``, the
+  MongoDB store when an owner holding a run is gone) wakes it at once.
+- **The store fails, the service does not.** A store error, or a store call hung past the
+  renewal period, marks the service unhealthy; the loop retries with a backoff from
+  `BACKOFF_FIRST` to `BACKOFF_MAX`, runs already claimed go on, and fencing keeps a fire time
+  from running twice under ``on_crash="drop"`` (`executors._service.stored_faults`).
 
 The process clock is never used to decide anything: "due" and "lease expired" are the store's
 (SQLite's is read by SQLite in each process: `executors._service.sqlite_schedules`).
