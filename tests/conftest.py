@@ -3,6 +3,7 @@ and on a non-daemon thread it started that outlives it."""
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -21,6 +22,15 @@ loops.install()
 
 def pytest_report_header() -> str:
     return f"event loop: {loops.name()} ({loops.ENV})"
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker more than the cores. Many tests spend their time waiting (on a
+    child process, a server, a run they measure), so a worker per core leaves cores idle: on
+    2 cores, 3 workers ran the first tier in 4 min 5 s, 2 workers in 4 min 58 s (same
+    machine, one after the other). A test that measures the machine is `serial` and runs
+    alone whatever the count."""
+    return (os.cpu_count() or 1) + 1
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

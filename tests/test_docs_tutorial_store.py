@@ -90,3 +90,55 @@ def test_two_processes_run_each_fire_time_once(tmp_path: Path) -> None:
     assert len(set(fire_times)) == len(fire_times), f"a fire time ran twice: {fire_times}"
     # Every 2 s of UTC: each fire time is on an even second.
     assert all(int(t[-2:]) % 2 == 0 for t in fire_times), fire_times
+
+
+SCHEDULES = ROOT / "docs" / "content" / "schedules.md"
+
+
+@pytest.mark.timeout(60)
+def test_the_schedules_page_application_declares_serves_and_stops(tmp_path: Path) -> None:
+    """The Schedules page's whole application (its ``billing.py``, with the decorator form on
+    a store, and ``serve.py``), verbatim: two processes on one store both start, the
+    schedule is declared once in the store (a weekday 09:00 New York cron: nothing is due
+    during the test), and SIGTERM stops each cleanly (exit 0, nothing on stderr)."""
+    from executors._service.sqlite_schedules import SQLiteScheduleStore
+    from executors._service.store import StoreFormatError
+
+    files = dict(FILE_BLOCK.findall(SCHEDULES.read_text()))
+    assert {"billing.py", "serve.py"} <= set(files), sorted(files)
+    for name in ("billing.py", "serve.py"):
+        (tmp_path / name).write_text(files[name])
+    db = tmp_path / "jobs.db"
+    env = {**os.environ, "JOBS_STORE": f"sqlite:///{db}", "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    procs = [subprocess.Popen([sys.executable, "serve.py"], cwd=tmp_path, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    readers = [_Reader(proc) for proc in procs]
+    for reader in readers:
+        reader.start()
+    try:
+        deadline = time.monotonic() + 30
+        names: list[str] = []
+        # Both serving (their SIGTERM handler set), and the schedule declared.
+        while time.monotonic() < deadline and not (
+                names == ["send-reminders"] and all(r.lines for r in readers)):
+            assert all(p.poll() is None for p in procs), "a serve.py process ended early"
+            try:  # the file may not be there yet, or be made but hold no store yet
+                store = SQLiteScheduleStore(str(db), read_only=True)
+            except (ConnectionError, StoreFormatError):
+                pass
+            else:
+                try:
+                    names = [r.name for r in store.records()]
+                finally:
+                    store.close()
+            time.sleep(0.05)
+        assert names == ["send-reminders"], names
+        assert all(r.lines == ["serving until SIGTERM"] for r in readers)
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        results = [proc.communicate(timeout=20) for proc in procs]
+    for proc, (_, stderr) in zip(procs, results, strict=True):
+        assert proc.returncode == 0 and stderr == "", stderr[-3000:]
