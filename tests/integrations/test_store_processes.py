@@ -316,11 +316,14 @@ def test_a_restart_after_every_process_stopped_applies_the_missed_policy_once(
     lines = fleet.lines()[stopped:]
     # One announcement of the stop among all processes (a claim this busy machine made late,
     # after the restart, would be a small one of its own).
-    stop = [x for x in lines if x["event"] == "missed" and int(str(x["count"])) >= 180]
+    stop = [x for x in lines if x["event"] == "missed" and int(str(x["count"])) >= 100]
     assert len(stop) == 1, lines
     ((count, ran, reason),) = [(int(str(x["count"])), x["ran"], x["reason"]) for x in stop]
-    # 180 fire times (and the few that passed while the processes started) were due.
-    assert count <= 300 and (ran, reason) == (1, "stopped")
+    # 180 fire times (and the few that passed while the processes started) were due, give or
+    # take the sub-second phase of the moment the next fire time was moved back: the record's
+    # next fire time was up to 1 s ahead of the store's clock then, and a restart quicker than
+    # that second leaves 179 or 180 of them due at the first claim (seen: 179).
+    assert 178 <= count <= 300 and (ran, reason) == (1, "stopped")
     assert after.counters["missed"] - before.counters["missed"] >= count - 1
     # One catch-up run (the latest due), then on: a policy applied by a second process would
     # have run an earlier or the same fire time again.
