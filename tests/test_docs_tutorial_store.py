@@ -15,10 +15,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
+
+from executors.testing import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "content" / "tutorial.md"
@@ -66,10 +67,9 @@ def test_two_processes_run_each_fire_time_once(tmp_path: Path) -> None:
     for reader in readers:
         reader.start()
     try:
-        deadline = time.monotonic() + 30
-        while sum(len(r.lines) for r in readers) < 3 and time.monotonic() < deadline:
-            assert all(p.poll() is None for p in procs), "a serve.py process ended early"
-            time.sleep(0.05)
+        wait_until(lambda: sum(len(r.lines) for r in readers) >= 3
+                   or any(p.poll() is not None for p in procs), 30)
+        assert all(p.poll() is None for p in procs), "a serve.py process ended early"
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
@@ -118,22 +118,21 @@ def test_the_schedules_page_application_declares_serves_and_stops(tmp_path: Path
     for reader in readers:
         reader.start()
     try:
-        deadline = time.monotonic() + 30
-        names: list[str] = []
-        # Both serving (their SIGTERM handler set), and the schedule declared.
-        while time.monotonic() < deadline and not (
-                names == ["send-reminders"] and all(r.lines for r in readers)):
-            assert all(p.poll() is None for p in procs), "a serve.py process ended early"
+        def declared() -> list[str]:
             try:  # the file may not be there yet, or be made but hold no store yet
                 store = SQLiteScheduleStore(str(db), read_only=True)
             except (ConnectionError, StoreFormatError):
-                pass
-            else:
-                try:
-                    names = [r.name for r in store.records()]
-                finally:
-                    store.close()
-            time.sleep(0.05)
+                return []
+            try:
+                return [r.name for r in store.records()]
+            finally:
+                store.close()
+
+        # Both serving (their SIGTERM handler set), and the schedule declared.
+        wait_until(lambda: (declared() == ["send-reminders"] and all(r.lines for r in readers))
+                   or any(p.poll() is not None for p in procs), 30)
+        assert all(p.poll() is None for p in procs), "a serve.py process ended early"
+        names = declared()
         assert names == ["send-reminders"], names
         assert all(r.lines == ["serving until SIGTERM"] for r in readers)
     finally:
