@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from types import FrameType
+from typing import Any
 
 import pytest
 
@@ -345,8 +346,8 @@ def _report(c: Campaign) -> None:
 @pytest.mark.serial  # a signal storm that counts what a starved main thread saw
 @pytest.mark.timeout(120, method="thread")
 @pytest.mark.parametrize("seed", range(2))
-def test_ctrl_c_everywhere_leaves_everything_consistent(loop_factory: LoopFactory,
-                                                       seed: int) -> None:
+def test_ctrl_c_everywhere_leaves_everything_consistent(
+        loop_factory: LoopFactory, seed: int, background_exceptions: Any) -> None:
     """KeyboardInterrupt from a signal handler at any point of the main thread's sends, gets,
     selects, acquires and releases (tasks and other threads busy on the same primitives):
     every value sent is received once, nothing is negative, every permit comes back."""
@@ -355,6 +356,22 @@ def test_ctrl_c_everywhere_leaves_everything_consistent(loop_factory: LoopFactor
     # Usually 100 to 450; a starved main thread on a loaded machine once saw 23.
     assert c.interrupts > 20, f"only {c.interrupts} interrupts: the test did not test"
     _check(c)
+    _only_interrupted_finalizers(background_exceptions)
+
+
+def _only_interrupted_finalizers(seen: Any) -> None:
+    """The storm's signals land anywhere in the main thread, a finalizer the collector runs
+    there included (a bridge batch's ``__del__``, seen once on 3.13): CPython reports an
+    exception leaving ``__del__`` as unraisable and goes on. That Ctrl-C is not delivered to
+    the program (a known limit, in the closing note of the change that met it); what the
+    storm pins is that nothing is lost or left wrong (`_check`). Anything else is a failure."""
+    other = [f"thread {a.thread.name if a.thread else '?'}: {a.exc_type.__name__}"
+             for a in seen.thread]
+    other += [f"unraisable in {u.object!r}: {u.exc_type.__name__}: {u.exc_value}"
+              for u in seen.unraisable
+              if not (u.exc_type is KeyboardInterrupt
+                      and getattr(u.object, "__name__", "") == "__del__")]
+    assert not other, "\n".join(other)
 
 
 #: The soak's storm per loop: long enough for thousands of interrupts (a few of them landing
