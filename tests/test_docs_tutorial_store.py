@@ -51,6 +51,21 @@ class _Reader(threading.Thread):
             self.lines.append(line.rstrip("\n"))
 
 
+def _serve(folder: Path, count: int, **env: str
+           ) -> tuple[list[subprocess.Popen[str]], list[_Reader]]:
+    """`count` processes running ``serve.py`` in `folder` (this checkout's library first on
+    their path, `env` added), each with a reader of its output, started."""
+    environ = {**os.environ, **env, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    procs = [subprocess.Popen([sys.executable, "serve.py"], cwd=folder, env=environ,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(count)]
+    readers = [_Reader(proc) for proc in procs]
+    for reader in readers:
+        reader.start()
+    return procs, readers
+
+
 @pytest.mark.timeout(60)
 def test_two_processes_run_each_fire_time_once(tmp_path: Path) -> None:
     """Two ``serve.py`` processes on one ``billing.db`` share the schedule: at least three fire
@@ -58,14 +73,7 @@ def test_two_processes_run_each_fire_time_once(tmp_path: Path) -> None:
     on stderr)."""
     for name, code in _files().items():
         (tmp_path / name).write_text(code)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    procs = [subprocess.Popen([sys.executable, "serve.py"], cwd=tmp_path, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
-    readers = [_Reader(proc) for proc in procs]
-    for reader in readers:
-        reader.start()
+    procs, readers = _serve(tmp_path, 2)
     try:
         wait_until(lambda: sum(len(r.lines) for r in readers) >= 3
                    or any(p.poll() is not None for p in procs), 30)
@@ -109,14 +117,7 @@ def test_the_schedules_page_application_declares_serves_and_stops(tmp_path: Path
     for name in ("billing.py", "serve.py"):
         (tmp_path / name).write_text(files[name])
     db = tmp_path / "jobs.db"
-    env = {**os.environ, "JOBS_STORE": f"sqlite:///{db}", "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    procs = [subprocess.Popen([sys.executable, "serve.py"], cwd=tmp_path, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
-    readers = [_Reader(proc) for proc in procs]
-    for reader in readers:
-        reader.start()
+    procs, readers = _serve(tmp_path, 2, JOBS_STORE=f"sqlite:///{db}")
     try:
         def declared() -> list[str]:
             try:  # the file may not be there yet, or be made but hold no store yet
