@@ -11,9 +11,9 @@ from pathlib import Path
 import pymongo
 import pytest
 
-from executors._service.store import sqlite_path
+from executors._service.store import ScheduleRecord, open_store, sqlite_path
 
-__all__ = ("corrupt", "empty_store_url", "rewrite")
+__all__ = ("corrupt", "empty_store_url", "rewrite", "stored_record")
 
 
 def empty_store_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
@@ -35,6 +35,15 @@ def empty_store_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -
         conn.execute("DROP TABLE IF EXISTS executors_schedules, executors_meta, "
                      "executors_owners")
     return dsn
+
+
+def stored_record(url: str, name: str) -> ScheduleRecord | None:
+    """The record of `name` in the store at `url`, read through a store opened for it."""
+    store = open_store(url)
+    try:
+        return store.get(name)
+    finally:
+        store.close()
 
 
 def corrupt(url: str, name: str, definition: dict[str, object], *,

@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 from helpers import stored_jobs
 from helpers.freezing import frozen, holding_write_lock, postmaster_pid
-from helpers.store_urls import empty_store_url
+from helpers.store_urls import empty_store_url, stored_record
 
 from executors import BackgroundService, Date, Interval
 from executors._service.memory_schedules import MemoryStore
 from executors._service.sqlite_schedules import SQLiteScheduleStore
-from executors._service.store import open_store, sqlite_path
+from executors._service.store import sqlite_path
 from executors.testing import wait_until
 
 Freeze = Callable[[], contextlib.AbstractContextManager[Any]]
@@ -213,11 +213,7 @@ def test_a_run_that_ended_while_the_store_hung_is_written_not_settled_as_a_crash
     finally:
         stored_jobs.GATE_OPEN.set()
         svc.shutdown(10)
-    store = open_store(url)
-    try:
-        record = store.get("once")
-    finally:
-        store.close()
+    record = stored_record(url, "once")
     assert record is not None
     assert [s[0] for s in stored_jobs.SEEN] == ["g"]  # ran once: no rerun
     assert (claims, lease_lost) == (1, 0)

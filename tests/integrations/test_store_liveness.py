@@ -23,6 +23,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from helpers.store_urls import stored_record
 
 from executors._service.store import (
     Claim,
@@ -30,7 +31,6 @@ from executors._service.store import (
     ScheduleDefinition,
     ScheduleRecord,
     ScheduleStore,
-    open_store,
 )
 from executors.testing import wait_until
 from integrations.schedule_stores.postgres_owners import OWNERS_LOCK_SPACE
@@ -130,11 +130,7 @@ def test_a_sigkilled_owner_s_per_second_schedule_runs_again_within_2_s_and_once(
         assert (after[0]["fire"], after[0]["attempt"]) == (killed["fire"], 2), report
     else:
         assert after[0]["fire"] > killed["fire"] and after[0]["attempt"] == 1, report  # type: ignore[operator]
-    store = open_store(shared_store_url)
-    try:
-        record = store.get("tick")
-    finally:
-        store.close()
+    record = stored_record(shared_store_url, "tick")
     assert record is not None
     assert record.counters["lost"] == (1 if on_crash == "drop" else 0), record.counters
     runs = [(x["fire"], x["attempt"]) for x in workers.lines("start")]
@@ -162,11 +158,7 @@ def test_a_sigstopped_owner_is_not_taken_for_gone_on_sqlite_and_postgresql(
     finally:
         stopped.send_signal(signal.SIGCONT)
     assert others == []
-    store = open_store(shared_store_url)
-    try:
-        record = store.get("tick")
-    finally:
-        store.close()
+    record = stored_record(shared_store_url, "tick")
     assert record is not None and record.counters["lost"] == 0
 
 
