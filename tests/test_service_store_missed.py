@@ -24,11 +24,13 @@ def _clear_seen() -> Iterator[None]:
     stored_jobs.SEEN.clear()
 
 
-def _moved_back(db: str, period: float, by: dt.timedelta, policy: str) -> None:
-    """Declare "s" (every `period` seconds, `policy`), stop, and move its next fire time back
-    by `by`: what the store holds after that long with nobody serving it."""
+def _moved_back(db: str, period: float, by: dt.timedelta, policy: str,
+                start: dt.datetime | None = None) -> None:
+    """Declare "s" (every `period` seconds from `start`, `policy`), stop, and move its next
+    fire time back by `by`: what the store holds after that long with nobody serving it."""
     with BackgroundService("first", store=db) as svc:
-        svc.schedule(Interval(period), stored_jobs.seen, "r", name="s", missed=policy)  # type: ignore[arg-type]
+        svc.schedule(Interval(period, start=start), stored_jobs.seen, "r", name="s",
+                     missed=policy)  # type: ignore[arg-type]
     store = SQLiteScheduleStore(db[10:])
     try:
         record = store.get("s")
@@ -38,14 +40,15 @@ def _moved_back(db: str, period: float, by: dt.timedelta, policy: str) -> None:
         store.close()
 
 
-def _serve(db: str, period: float, policy: str, runs: int) -> tuple[list[ServiceEvent], int,
-                                                                    int, int]:
+def _serve(db: str, period: float, policy: str, runs: int,
+           start: dt.datetime | None = None) -> tuple[list[ServiceEvent], int, int, int]:
     """Serve "s" until `runs` runs ended; (the RunMissed events, the job's missed and
     missed_run, the store's missed counter)."""
     events: list[ServiceEvent] = []
     with BackgroundService("second", store=db) as svc:
         svc.subscribe(events.append, RunMissed)
-        job = svc.schedule(Interval(period), stored_jobs.seen, "r", name="s", missed=policy)  # type: ignore[arg-type]
+        job = svc.schedule(Interval(period, start=start), stored_jobs.seen, "r", name="s",
+                           missed=policy)  # type: ignore[arg-type]
         wait_until(lambda: job.statistics().runs >= runs and bool(events), 10)
         stats = job.statistics()
     store = SQLiteScheduleStore(db[10:])
@@ -57,17 +60,23 @@ def _serve(db: str, period: float, policy: str, runs: int) -> tuple[list[Service
         store.close()
 
 
+@pytest.mark.parametrize("latest_ago", [1.0, 30.0], ids=["latest-just-now", "latest-30s-ago"])
 @pytest.mark.parametrize(("policy", "runs", "ran"), [("latest", 1, 1), ("all", 6, 6),
                                                      ("skip", 0, 0)])
 def test_after_a_restart_the_announced_count_is_the_stored_counter(
-        tmp_path: Path, policy: str, runs: int, ran: int) -> None:
+        tmp_path: Path, policy: str, runs: int, ran: int, latest_ago: float) -> None:
     """Six fire times passed while no process served the schedule (the issue's restart): the
     log, RunMissed and the job's statistics say 6 missed, `ran` of them run, and the store's
     counter (the command's `missed`) says 6 too, for each policy; under "all" the six runs
-    are six claims, and their counts add up to the one announced."""
+    are six claims, and their counts add up to the one announced. The latest of the six fell
+    due `latest_ago` seconds before the restart: within `UNWATCHED_AFTER` of the walk's last
+    claim or not, it is one of the group that was announced (a walk once counted it on time
+    when the restart came within seconds of it)."""
     db = f"sqlite:///{tmp_path / 'jobs.db'}"
-    _moved_back(db, 60, dt.timedelta(minutes=6), policy)
-    events, missed, missed_run, counter = _serve(db, 60, policy, runs)
+    # A grid of minutes a day old whose latest point is `latest_ago` seconds back.
+    start = dt.datetime.now(dt.UTC) - dt.timedelta(days=1, seconds=latest_ago)
+    _moved_back(db, 60, dt.timedelta(minutes=6), policy, start)
+    events, missed, missed_run, counter = _serve(db, 60, policy, runs, start)
     assert [(e.count, e.ran) for e in events] == [(6, ran)]  # type: ignore[attr-defined]
     assert (missed, missed_run) == (6, ran)
     assert counter == 6

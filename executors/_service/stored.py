@@ -187,7 +187,9 @@ class StoreLoop:
             getattr(self.store, "complete_and_claim", None) if self.complete_many else None
         self.reported_lost: set[tuple[str, int]] = set()
         self.decisions: dict[tuple[str, int], Decision] = {}
-        self.announced: dict[str, dt.datetime] = {}  # the latest fire time of a group announced
+        # name -> (the latest fire time of a group announced, the wall time up to which that
+        # group passed unwatched, or None): each later claim of an "all" walk keeps that verdict.
+        self.announced: dict[str, tuple[dt.datetime, float | None]] = {}
         # (name, version after the claim) -> the next fire time the planner gave.
         self.planned: dict[tuple[str, int], dt.datetime | None] = {}
         # When the loop wakes next, on the store's clock (epoch seconds); +inf while it is

@@ -114,7 +114,16 @@ def plan(loop: StoreLoop, record: ScheduleRecord, now: dt.datetime) -> Plan | No
             # in memory after a restart with `since`: "skip" runs none of them (the store
             # cannot see a stop, only that nobody claimed them in time).
             at = now.timestamp()
-            unwatched = ("stopped", at) if at - first.timestamp() > UNWATCHED_AFTER else None
+            announced = loop.announced.get(name)
+            walked = announced is not None and first <= announced[0]
+            if walked:
+                # A later claim of an "all" walk: the group was judged when it was announced
+                # (its latest fire time may be within UNWATCHED_AFTER of now by this claim).
+                unwatched = None if announced[1] is None else ("stopped", announced[1])
+            elif at - first.timestamp() > UNWATCHED_AFTER:
+                unwatched = ("stopped", at)
+            else:
+                unwatched = None
             d = decide(trigger, first, trigger.next_after(first), at, policy,
                        int(options.get("max_missed", 100)),  # type: ignore[call-overload]
                        options.get("grace"), unwatched)  # type: ignore[arg-type]
@@ -138,11 +147,10 @@ def plan(loop: StoreLoop, record: ScheduleRecord, now: dt.datetime) -> Plan | No
     else:
         plan = Plan(d.runs[-1] if d.runs else None, d.next_fire, d.missed)
     loop.planned[key] = plan.next_fire
-    announced = loop.announced.get(name)
-    if d.missed and (announced is None or first > announced):
+    if d.missed and not walked:
         # Once a group: "all" walks it one claim at a time, and each later claim of the
         # walk sees the rest of the group this process has announced already.
-        loop.announced[name] = d.last
+        loop.announced[name] = (d.last, None if unwatched is None else unwatched[1])
         loop.decisions[key] = (
             d.missed, d.ran, first, d.last_missed, d.reason, policy, d.truncated)
     return plan
