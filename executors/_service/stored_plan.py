@@ -116,7 +116,7 @@ def plan(loop: StoreLoop, record: ScheduleRecord, now: dt.datetime) -> Plan | No
             at = now.timestamp()
             announced = loop.announced.get(name)
             walked = announced is not None and first <= announced[0]
-            if walked:
+            if announced is not None and walked:
                 # A later claim of an "all" walk: the group was judged when it was announced
                 # (its latest fire time may be within UNWATCHED_AFTER of now by this claim).
                 unwatched = None if announced[1] is None else ("stopped", announced[1])
