@@ -26,16 +26,17 @@ import pymongo
 from pymongo import UpdateOne
 from pymongo.errors import InvalidURI, PyMongoError
 
-from executors._service.claimable import Claimable
-from executors._service.store import (
+from executors.stores import (
     FORMAT_VERSION,
     Claim,
+    Claimable,
     Declared,
     OnCrash,
     Planner,
     ScheduleDefinition,
     ScheduleRecord,
     StoreFormatError,
+    Unreadable,
     finish_record,
     from_epoch,
     given_back,
@@ -43,14 +44,14 @@ from executors._service.store import (
     new_record,
     record_fields,
     record_from_fields,
+    redact_url,
     redeclared,
     replacing,
+    scrub_url,
     settle_claim,
     to_epoch,
     unchanged,
 )
-from executors._service.unreadable import Unreadable
-from executors._urls import redact, scrub
 
 from .mongo_owners import OwnerBeats
 
@@ -108,7 +109,7 @@ class MongoScheduleStore:
     """
 
     def __init__(self, url: str, *, connect_timeout: float = 10.0, create: bool = True) -> None:
-        self.display_url = redact(url)
+        self.display_url = redact_url(url)
         self._window = 1  # see _WIDEST
         # The latest `Claimable` given, its names as a list and its allowlist as a regex.
         self._only: tuple[Claimable, list[str], str] | None = None
@@ -128,7 +129,7 @@ class MongoScheduleStore:
         except (InvalidURI, ValueError, TypeError) as exc:
             # pymongo could not read the URL (InvalidURI, or an option's value it refuses):
             # its message may quote a part of it.
-            failure = ValueError(f"schedule store {self.display_url}: {scrub(str(exc), url)}")
+            failure = ValueError(f"schedule store {self.display_url}: {scrub_url(str(exc), url)}")
         except PyMongoError as exc:  # ConfigurationError: an SRV record not found, ...
             failure = self._unreachable(exc, url)
         if failure is not None:
@@ -167,7 +168,7 @@ class MongoScheduleStore:
         self._owners = OwnerBeats(db["executors_owners"], self._records, self.now)
 
     def _unreachable(self, exc: PyMongoError, url: str) -> ConnectionError:
-        reason = scrub(" ".join(str(exc).split()), url)
+        reason = scrub_url(" ".join(str(exc).split()), url)
         return ConnectionError(f"cannot reach the schedule store {self.display_url}: {reason}")
 
     def __repr__(self) -> str:

@@ -33,16 +33,17 @@ from typing import Any, final
 
 import psycopg
 
-from executors._service.claimable import Claimable
-from executors._service.store import (
+from executors.stores import (
     FORMAT_VERSION,
     Claim,
+    Claimable,
     Declared,
     OnCrash,
     Planner,
     ScheduleDefinition,
     ScheduleRecord,
     StoreFormatError,
+    Unreadable,
     finish_record,
     from_epoch,
     given_back,
@@ -50,13 +51,13 @@ from executors._service.store import (
     new_record,
     record_fields,
     record_from_fields,
+    redact_url,
     redeclared,
     replacing,
+    scrub_url,
     settle_claim,
     unchanged,
 )
-from executors._service.unreadable import Unreadable
-from executors._urls import redact, scrub
 
 from .postgres_connections import Listener, connect, cut
 from .postgres_owners import OwnerLocks
@@ -210,7 +211,7 @@ def _encode_claimed(record: ScheduleRecord) -> tuple[object, ...]:
 def _opening_error(exc: psycopg.Error, url: str, shown: str) -> Exception:
     """The documented error of a failed opening: libpq's message (which spans lines, and may
     quote a part of the URL: a password cut by its parser too) scrubbed of the URL's secrets."""
-    reason = scrub(" ".join(str(exc).split()), url)
+    reason = scrub_url(" ".join(str(exc).split()), url)
     if isinstance(exc, psycopg.ProgrammingError):  # libpq could not read the URL
         return ValueError(f"schedule store {shown}: {reason}")
     return ConnectionError(f"cannot reach the schedule store {shown}: {reason}")
@@ -235,7 +236,7 @@ class PostgresScheduleStore:
 
     def __init__(self, url: str, *, connect_timeout: float = 10.0, create: bool = True) -> None:
         self._url = url
-        self.display_url = redact(url)
+        self.display_url = redact_url(url)
         self._connect_timeout = max(1, round(connect_timeout))
         self._local = threading.local()
         self._lock = threading.Lock()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pymongo
 import pytest
 
-from executors._service.store import ScheduleRecord, open_store, sqlite_path
+from executors.stores import ScheduleRecord, open_store, sqlite_path
 
 __all__ = ("corrupt", "empty_store_url", "rewrite", "stored_record")
 

@@ -29,9 +29,8 @@ from helpers.store_urls import corrupt
 
 from executors import BackgroundService, Interval
 from executors._clock import SKEW_ENV
-from executors._service.claimable import Claimable
-from executors._service.store import ScheduleStore, open_store
 from executors.service import ScheduleChanged
+from executors.stores import Claimable, ScheduleStore, open_store
 from executors.testing import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -417,7 +416,7 @@ def test_a_server_store_of_a_newer_format_is_refused_naming_both_versions(
         shared_store_url: str) -> None:
     """A MongoDB database or PostgreSQL table written by a newer store format is refused
     when opened (and by BackgroundService), naming both versions."""
-    from executors._service.store import FORMAT_VERSION, StoreFormatError
+    from executors.stores import FORMAT_VERSION, StoreFormatError
 
     open_store(shared_store_url).close()
     corrupt(shared_store_url, "", {}, format_version=FORMAT_VERSION + 1)

@@ -12,7 +12,7 @@ from typing import Any
 
 from executors._clock import wall_skew
 
-from .store import ScheduleRecord, record_fields, to_epoch
+from ._records import ScheduleRecord, record_fields, to_epoch
 
 __all__ = ("CHANGED_INDEX", "CLAIMABLE_TABLE", "COLUMNS", "COMPLETE", "COMPLETE_STAMPED", "DUE",
            "EXPIRED", "LATEST", "NOW", "SCHEMA", "UPDATE_STATE", "not_in", "opt_epoch",

@@ -18,7 +18,7 @@ index, so a write adds no page of its own), so `changed_since` reads only the ro
 since a reader's last look: the service's status snapshot costs what changed, not what is
 stored. Parsed definitions are kept by their JSON text, so a claim does not parse an unchanged
 definition again; claims rewrite the state columns only, and a completion is one conditional
-``UPDATE`` computed by SQLite (``store.finish_record`` in SQL), with no read.
+``UPDATE`` computed by SQLite (`finish_record` in SQL), with no read.
 """
 
 from __future__ import annotations
@@ -36,10 +36,26 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, final
 
-from .claimable import Claimable
-from .owner_files import OwnerFiles
-from .sqlite_files import check_format, connect_read_only, open_file, unopenable
-from .sqlite_sql import (
+from ._claimable import Claimable
+from ._owner_files import OwnerFiles
+from ._protocol import Changes, SupportsLost
+from ._records import (
+    FORMAT_VERSION,
+    LIVENESS_EVERY,
+    Claim,
+    Declared,
+    OnCrash,
+    Planner,
+    ScheduleDefinition,
+    ScheduleRecord,
+    StoreFormatError,
+    from_epoch,
+    record_from_fields,
+    to_epoch,
+)
+from ._shared import check_format
+from ._sqlite_files import connect_read_only, open_file, unopenable
+from ._sqlite_sql import (
     CHANGED_INDEX,
     CLAIMABLE_TABLE,
     COLUMNS,
@@ -56,30 +72,18 @@ from .sqlite_sql import (
     state_json,
     state_params,
 )
-from .store import (
-    FORMAT_VERSION,
-    LIVENESS_EVERY,
-    Claim,
-    Declared,
-    OnCrash,
-    Planner,
-    ScheduleDefinition,
-    ScheduleRecord,
-    StoreFormatError,
-    from_epoch,
+from ._transitions import (
     given_back,
     holds,
     new_record,
-    record_from_fields,
     redeclared,
     replacing,
     settle_claim,
-    to_epoch,
     unchanged,
 )
-from .unreadable import Unreadable
+from ._unreadable import Unreadable
 
-__all__ = ("BUSY_ATTEMPT", "Changes", "SQLiteScheduleStore")
+__all__ = ("BUSY_ATTEMPT", "SQLiteScheduleStore")
 
 #: The longest one attempt to take the file's write lock waits (seconds); `busy_timeout` is
 #: spent in attempts of this length.
@@ -91,21 +95,6 @@ _REBASE_AFTER = 1.0
 #: How many parsed definitions and decoded rows a store keeps (one of each per schedule is
 #: what it needs).
 _KEPT = 100_000
-
-
-@dataclasses.dataclass(frozen=True)
-class Changes:
-    """What `SQLiteScheduleStore.changed_since` found."""
-
-    #: The mark to pass next time.
-    mark: int
-    #: True: `records` and `corrupt` are the whole store (a first look, or one after a removal);
-    #: False: only the records written since the mark passed in.
-    whole: bool
-    #: The readable records among them, by name.
-    records: list[ScheduleRecord]
-    #: ``(name, reason)`` of the unreadable ones.
-    corrupt: list[tuple[str, str]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -483,11 +472,12 @@ class SQLiteScheduleStore:
                      for row, was, record, claim in items]
         claims: list[Claim] = []
         changed = self._bump(conn)  # one counter value for the whole batch
-        lost = getattr(planned.planner, "lost", None)  # told of the plans not written
+        # A planner that keeps its plans is told of those not written.
+        lost = planned.planner if isinstance(planned.planner, SupportsLost) else None
         for row, was, record, claim in items:
             if not self._put_state(conn, record, was, row, changed):
                 if lost is not None:
-                    lost(record.name, record.version)
+                    lost.lost(record.name, record.version)
             elif claim is not None:
                 claims.append(claim)
         return claims

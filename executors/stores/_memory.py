@@ -1,6 +1,6 @@
 """The schedule store kept in this process's memory (``memory:``, a test's store object).
 
-The contract every store keeps is `executors._service.store.ScheduleStore`; this one holds the
+The contract every store keeps is `executors.stores.ScheduleStore`; this one holds the
 records in a dict under a lock, with this process's wall clock (or a test clock) as the
 store's clock.
 """
@@ -14,8 +14,8 @@ import uuid
 from collections.abc import Callable
 from typing import final
 
-from .claimable import Claimable
-from .store import (
+from ._claimable import Claimable
+from ._records import (
     UTC,
     Claim,
     Declared,
@@ -23,6 +23,8 @@ from .store import (
     Planner,
     ScheduleDefinition,
     ScheduleRecord,
+)
+from ._transitions import (
     earliest_due,
     finish_record,
     given_back,
