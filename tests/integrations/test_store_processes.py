@@ -430,6 +430,23 @@ def test_a_server_store_of_a_newer_format_is_refused_naming_both_versions(
         corrupt(shared_store_url, "", {}, format_version=FORMAT_VERSION)
 
 
+@SERVER_STORES
+def test_a_server_store_whose_format_is_not_a_number_is_refused_naming_it(
+        shared_store_url: str) -> None:
+    """A MongoDB database or PostgreSQL table whose recorded format is not a number is refused
+    as a store this code cannot read (`StoreFormatError` naming the value, the check every
+    store shares), not with int()'s bare ValueError."""
+    from executors.stores import FORMAT_VERSION, StoreFormatError
+
+    open_store(shared_store_url).close()
+    corrupt(shared_store_url, "", {}, format_version="new")
+    try:
+        with pytest.raises(StoreFormatError, match="records store format 'new', not a number"):
+            open_store(shared_store_url)
+    finally:
+        corrupt(shared_store_url, "", {}, format_version=FORMAT_VERSION)
+
+
 class CountingStore:
     """A real store whose `next_due` calls are counted: one per pass of the serving loop."""
 
