@@ -80,6 +80,9 @@ from ._backends import BACKENDS as BACKENDS
 from ._backends import Backend as Backend
 from ._backends import open_store as open_store
 from ._claimable import Claimable as Claimable
+from ._liveness import LIVENESS_EVERY as LIVENESS_EVERY
+from ._liveness import OWNER_BEAT as OWNER_BEAT
+from ._liveness import OWNER_STALE as OWNER_STALE
 from ._memory import MemoryStore as MemoryStore
 from ._protocol import Changes as Changes
 from ._protocol import ScheduleStore as ScheduleStore
@@ -91,9 +94,6 @@ from ._protocol import SupportsLost as SupportsLost
 from ._protocol import SupportsWatch as SupportsWatch
 from ._protocol import offered as offered
 from ._records import FORMAT_VERSION as FORMAT_VERSION
-from ._records import LIVENESS_EVERY as LIVENESS_EVERY
-from ._records import OWNER_BEAT as OWNER_BEAT
-from ._records import OWNER_STALE as OWNER_STALE
 from ._records import UTC as UTC
 from ._records import Claim as Claim
 from ._records import Declared as Declared
@@ -133,32 +133,32 @@ from ._unreadable import UNREADABLE_RECHECK as UNREADABLE_RECHECK
 from ._unreadable import Unreadable as Unreadable
 
 __all__ = (
-    "FORMAT_VERSION",
-    "UTC",
-    "OnCrash",
-    "OWNER_BEAT",
-    "OWNER_STALE",
-    "LIVENESS_EVERY",
-    "StoreFormatError",
-    "to_epoch",
-    "from_epoch",
     "ScheduleDefinition",
     "ScheduleRecord",
     "Claim",
     "Plan",
     "Planner",
     "Declared",
-    "record_fields",
-    "record_from_fields",
     "ScheduleStore",
-    "Changes",
     "SupportsWatch",
     "SupportsCompleteMany",
     "SupportsCompleteAndClaim",
     "SupportsChangedSince",
     "SupportsInterrupt",
     "SupportsLost",
+    "Changes",
     "offered",
+    "FORMAT_VERSION",
+    "StoreFormatError",
+    "OnCrash",
+    "UTC",
+    "to_epoch",
+    "from_epoch",
+    "record_fields",
+    "record_from_fields",
+    "LIVENESS_EVERY",
+    "OWNER_BEAT",
+    "OWNER_STALE",
     "new_record",
     "replacing",
     "redeclared",

@@ -35,7 +35,7 @@ class Backend(NamedTuple):
 #: URL scheme -> its backend, imported only when a URL names it. ``memory:`` is not here: it
 #: takes no URL and is always at hand.
 BACKENDS: Mapping[str, Backend] = MappingProxyType({
-    "sqlite": Backend("executors.stores._sqlite", "SQLiteScheduleStore", None),
+    "sqlite": Backend("executors.stores", "SQLiteScheduleStore", None),
     "mongodb": Backend("integrations.schedule_stores.mongo", "MongoScheduleStore", "mongo"),
     "mongodb+srv": Backend("integrations.schedule_stores.mongo", "MongoScheduleStore",
                            "mongo"),

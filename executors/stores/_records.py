@@ -20,9 +20,6 @@ __all__ = (
     "FORMAT_VERSION",
     "UTC",
     "OnCrash",
-    "OWNER_BEAT",
-    "OWNER_STALE",
-    "LIVENESS_EVERY",
     "StoreFormatError",
     "to_epoch",
     "from_epoch",
@@ -43,15 +40,6 @@ FORMAT_VERSION = 1
 UTC = dt.UTC
 
 OnCrash = Literal["drop", "rerun"]
-
-#: How often a MongoDB owner writes its heartbeat (seconds, on its monotonic clock).
-OWNER_BEAT = 0.25
-#: How old a MongoDB owner's heartbeat is (seconds, on the server's clock) when the owner is
-#: taken for gone: five beats missed.
-OWNER_STALE = 1.25
-#: The least time between two looks of one store object for the runs of gone owners
-#: (seconds): a claim more often than this (a busy loop) does not pay for the look.
-LIVENESS_EVERY = 0.25
 
 
 class StoreFormatError(RuntimeError):

@@ -36,11 +36,11 @@ from contextlib import contextmanager
 from typing import Any, final
 
 from ._claimable import Claimable
+from ._liveness import LIVENESS_EVERY
 from ._owner_files import OwnerFiles
 from ._protocol import Changes, SupportsLost
 from ._records import (
     FORMAT_VERSION,
-    LIVENESS_EVERY,
     Claim,
     Declared,
     OnCrash,

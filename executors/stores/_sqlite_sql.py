@@ -74,9 +74,9 @@ EXPIRED = (f"SELECT {COLUMNS} FROM executors_schedules WHERE running_fire IS NOT
             "AND lease_until < ?{where} ORDER BY lease_until LIMIT ?")
 DUE = (f"SELECT {COLUMNS} FROM executors_schedules WHERE paused = 0 "
         "AND running_fire IS NULL AND next_fire <= ?{where} ORDER BY next_fire LIMIT ?")
-# `store.finish_record` in SQL (the counters live in the JSON state): the run is counted, a
+# `finish_record` in SQL (the counters live in the JSON state): the run is counted, a
 # failure too, the fire time and result become the last ones, the lease is let go. Fenced by
-# the claim's token (`store.holds`): a control operation since the claim does not refuse it.
+# the claim's token (`holds`): a control operation since the claim does not refuse it.
 COMPLETE = ("UPDATE executors_schedules SET version = version + 1, owner = NULL, "
              "lease_until = NULL, running_fire = NULL, claim_token = NULL, "
              "changed = {changed}, state = json_set("
