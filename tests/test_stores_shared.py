@@ -33,6 +33,7 @@ from executors.stores import (
     no_store,
     offered,
     rewrite,
+    watch_thread,
 )
 
 NOON = dt.datetime(2026, 1, 1, 12, tzinfo=UTC)
@@ -174,3 +175,21 @@ def test_offered_checks_the_store_and_answers_with_the_wrapper(tmp_path: Any) ->
         assert offered(MemoryStore(), SupportsCompleteMany) is None
     finally:
         sqlite.close()
+
+
+class Unwatch:
+    """A watch's stop function that names its thread, as PostgreSQL's listener does."""
+
+    def __init__(self, thread: threading.Thread) -> None:
+        self.thread = thread
+
+    def __call__(self) -> None:
+        pass
+
+
+def test_watch_thread_is_the_thread_a_stop_function_names() -> None:
+    """The service learns a watch's thread from a `WatchingThread`; a plain stop function
+    (MongoDB's) names none."""
+    thread = threading.Thread(target=lambda: None)
+    assert watch_thread(Unwatch(thread)) is thread
+    assert watch_thread(lambda: None) is None

@@ -381,7 +381,7 @@ class StoreLoop:
         watching = stores.offered(self.watched.inner, stores.SupportsWatch, self.store)
         if watching is not None:
             self.unwatch = watching.watch(self.changed)
-            self.listener = getattr(self.unwatch, "thread", None)
+            self.listener = stores.watch_thread(self.unwatch)
         while not self.closing:
             try:
                 delay = self._serve(monotonic)

@@ -92,7 +92,9 @@ from ._protocol import SupportsCompleteMany as SupportsCompleteMany
 from ._protocol import SupportsInterrupt as SupportsInterrupt
 from ._protocol import SupportsLost as SupportsLost
 from ._protocol import SupportsWatch as SupportsWatch
+from ._protocol import WatchingThread as WatchingThread
 from ._protocol import offered as offered
+from ._protocol import watch_thread as watch_thread
 from ._records import FORMAT_VERSION as FORMAT_VERSION
 from ._records import UTC as UTC
 from ._records import Claim as Claim
@@ -146,6 +148,8 @@ __all__ = (
     "SupportsChangedSince",
     "SupportsInterrupt",
     "SupportsLost",
+    "WatchingThread",
+    "watch_thread",
     "Changes",
     "offered",
     "FORMAT_VERSION",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, TypeVar, cast, runtime_checkable
 
@@ -33,7 +34,9 @@ __all__ = (
     "SupportsChangedSince",
     "SupportsInterrupt",
     "SupportsLost",
+    "WatchingThread",
     "offered",
+    "watch_thread",
 )
 
 P = TypeVar("P")
@@ -131,8 +134,26 @@ class SupportsWatch(Protocol):
 
     def watch(self, callback: Callable[[], object]) -> Callable[[], None]:
         """Call `callback` (from a thread of the store's) soon after a change others must
-        see; returns the function that stops it. The function may name its thread as its
-        ``thread`` attribute (a `threading.Thread`), for the service's status."""
+        see; returns the function that stops it, a `WatchingThread` when it names the thread
+        that watches."""
+
+
+@runtime_checkable
+class WatchingThread(Protocol):
+    """What `SupportsWatch.watch` returns when it watches on a thread of its own: the
+    function that stops it, naming that thread (the service waits for it at shutdown and
+    shows it in its status)."""
+
+    #: The thread that calls the callback.
+    thread: threading.Thread
+
+    def __call__(self) -> None:
+        """Stop watching."""
+
+
+def watch_thread(unwatch: Callable[[], None]) -> threading.Thread | None:
+    """The thread a watch runs on, if its stop function names it (`WatchingThread`)."""
+    return unwatch.thread if isinstance(unwatch, WatchingThread) else None
 
 
 @runtime_checkable
