@@ -5,6 +5,7 @@ asks a store for an optional capability (`offered`)."""
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import itertools
 import re
 import threading
@@ -14,6 +15,7 @@ import pytest
 from helpers.forking import in_forked_child
 
 from executors.stores import (
+    BACKENDS,
     FORMAT_VERSION,
     UTC,
     MemoryStore,
@@ -193,3 +195,13 @@ def test_watch_thread_is_the_thread_a_stop_function_names() -> None:
     thread = threading.Thread(target=lambda: None)
     assert watch_thread(Unwatch(thread)) is thread
     assert watch_thread(lambda: None) is None
+
+
+@pytest.mark.parametrize("scheme", sorted(BACKENDS))
+def test_every_scheme_names_a_store_class_its_module_holds(scheme: str) -> None:
+    """The scheme table is data a reader can check: each entry's module imports (its driver
+    installed) and holds the store class it names."""
+    backend = BACKENDS[scheme]
+    module = importlib.import_module(backend.module)
+    assert isinstance(getattr(module, backend.attribute), type)
+    assert backend.extra in (None, "mongo", "postgres")

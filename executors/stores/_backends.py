@@ -1,8 +1,8 @@
 """The scheme table: which backend a store URL names, imported only when a URL names it.
 
-`BACKENDS` is data (like anyio's name -> backend loader): the import arrows test reads it, since
-its module paths are the one place the core names `integrations` (a lazy, string import: the
-core imports no driver until a URL asks for it).
+`BACKENDS` is data, so that the import arrows test can read it: its module paths are the one
+place the core names `integrations` (a lazy, string import: the core imports no driver until a
+URL asks for it).
 """
 
 from __future__ import annotations
