@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from benchmarks._harness import OURS, Metric
-from executors._service.store import (
+from executors.stores import (
     Plan,
     ScheduleDefinition,
     ScheduleRecord,
@@ -91,7 +91,7 @@ def fill(url: str, n: int) -> None:
     if scheme == "sqlite":
         import sqlite3
 
-        from executors._service import sqlite_sql as sq
+        from executors.stores import _sqlite_sql as sq
 
         conn = sqlite3.connect(sqlite_path(url))
         with conn:

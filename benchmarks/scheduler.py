@@ -349,7 +349,7 @@ StoredSetup = Callable[[StoredScenario, Path, _StoredRuns],
 def _stored_ours(scenario: StoredScenario, path: Path,
                  runs: _StoredRuns) -> tuple[Callable[[], None], Callable[[], None]]:
     logging.getLogger("executors.service").setLevel(logging.ERROR)
-    # The store's own settings: WAL, synchronous=NORMAL (executors/_service/sqlite_schedules).
+    # The store's own settings: WAL, synchronous=NORMAL (executors/stores/_sqlite.py).
     svc = BackgroundService("bench-stored", workers=WORKERS, store=f"sqlite:///{path}")
     for k in range(scenario.jobs):
         svc.cron(scenario.expression(k), _stored_jobs.record_ours, tz=ZONE, name=f"job-{k}")

@@ -23,7 +23,6 @@ from typing_extensions import Unpack
 
 from . import _validate, registry
 from ._clock import SYSTEM_CLOCK, Clock, SystemClock
-from ._service.claimable import parse_serve
 from ._service.events import (
     ClockChanged,
     LeaseLost,
@@ -56,7 +55,6 @@ from ._service.schedule_data import check_target, not_bound_yet
 from ._service.scheduler import Scheduler, shutting_down
 from ._service.shutdown import ShutdownReport, alive, wait_all
 from ._service.status import ServiceStatistics, ServiceStatus, state_counts
-from ._service.store import OnCrash, ScheduleDefinition, ScheduleStore, open_store
 from ._service.stored import (
     StoredLink,
     StoredSchedule,
@@ -69,6 +67,8 @@ from ._service.stored_faults import INTERRUPT_BEFORE, helper_threads, interrupt_
 from ._service.wallclock import Missed, TriggerLike, WallOnError
 from .errors import ShutdownError
 from .periodic import ForkPolicy, PeriodicExecutor
+from .stores import OnCrash, ScheduleDefinition, ScheduleStore, open_store
+from .stores._claimable import parse_serve
 
 __all__ = (
     "BackgroundService", "Job", "JobStatistics", "ServiceStatistics", "ServiceStatus",

@@ -17,7 +17,7 @@ import pytest
 from helpers.store_urls import corrupt
 
 from executors._cli import main
-from executors._service.store import (
+from executors.stores import (
     Plan,
     ScheduleDefinition,
     ScheduleRecord,
@@ -64,7 +64,7 @@ def test_list_shows_a_run_in_progress_with_its_owner_and_lease(
     store.set_next_fire("nightly", store.now() - dt.timedelta(seconds=1))
 
     def plan(rec: object, now: dt.datetime) -> object:
-        from executors._service.store import Plan
+        from executors.stores import Plan
 
         return Plan(now - dt.timedelta(seconds=1), NIGHTLY.next_after(now))
 
@@ -205,7 +205,7 @@ def test_a_sqlite_database_that_is_not_a_store_is_listed_and_acted_on_without_a_
     for args in ([], ["pause", "nightly"], ["remove", "nightly"]):
         proc = _command(f"sqlite:///{path}", *args)
         assert proc.returncode == 1, proc
-        assert "is a SQLite database but not a schedule store" in proc.stderr
+        assert "holds no schedule store (a SQLite database but no" in proc.stderr
         assert len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr
     assert _schema(path) == before
 
@@ -327,7 +327,7 @@ def test_a_fire_time_due_within_the_claim_bound_is_due_now_and_later_overdue() -
     serving process takes to claim it) reads "due now"; past it, OVERDUE by how long; a run
     in progress is neither."""
     from executors._cli.schedules import _next_fire
-    from executors._service.store import new_record
+    from executors.stores import new_record
 
     record = new_record(ScheduleDefinition("n", NIGHTLY.to_data(), "app:f"),
                         dt.datetime(2026, 1, 5, 1, 30, tzinfo=dt.UTC))

@@ -109,8 +109,7 @@ def test_the_schedules_page_application_declares_serves_and_stops(tmp_path: Path
     a store, and ``serve.py``), verbatim: two processes on one store both start, the
     schedule is declared once in the store (a weekday 09:00 New York cron: nothing is due
     during the test), and SIGTERM stops each cleanly (exit 0, nothing on stderr)."""
-    from executors._service.sqlite_schedules import SQLiteScheduleStore
-    from executors._service.store import StoreFormatError
+    from executors.stores import SQLiteScheduleStore, StoreFormatError
 
     files = dict(FILE_BLOCK.findall(SCHEDULES.read_text()))
     assert {"billing.py", "serve.py"} <= set(files), sorted(files)

@@ -10,7 +10,7 @@ from urllib.parse import quote
 import pytest
 from helpers.forking import in_forked_child
 
-from executors._service.owner_files import OwnerFiles
+from executors.stores._owner_files import OwnerFiles
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="flock and fork are POSIX")
 

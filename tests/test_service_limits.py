@@ -17,7 +17,7 @@ from executors._service.limits import (
     NAME_MAX,
     check_arguments,
 )
-from executors._service.sqlite_schedules import SQLiteScheduleStore
+from executors.stores import SQLiteScheduleStore
 from executors.testing import wait_until
 
 

@@ -25,9 +25,7 @@ from executors import (
     ScheduleRemoved,
     ServiceEvent,
 )
-from executors._service.memory_schedules import MemoryStore
-from executors._service.sqlite_schedules import SQLiteScheduleStore
-from executors._service.store import Claim, ScheduleStore
+from executors.stores import Claim, MemoryStore, ScheduleStore, SQLiteScheduleStore
 from executors.testing import wait_until
 
 MINUTE = dt.timedelta(minutes=1)

@@ -13,7 +13,7 @@ import pytest
 from helpers import stored_jobs
 
 from executors import BackgroundService, Interval, RunMissed, ServiceEvent
-from executors._service.sqlite_schedules import SQLiteScheduleStore
+from executors.stores import SQLiteScheduleStore
 from executors.testing import wait_until
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from executors import BackgroundService, Interval
 from executors._service.schedule_data import resolve_target
-from executors._service.sqlite_schedules import SQLiteScheduleStore
+from executors.stores import SQLiteScheduleStore
 from executors.testing import wait_until
 
 

@@ -16,8 +16,7 @@ from helpers import stored_jobs
 
 from executors import BackgroundService, Interval
 from executors._service import stored_status
-from executors._service.memory_schedules import MemoryStore
-from executors._service.store import Claim, ScheduleRecord
+from executors.stores import Claim, MemoryStore, ScheduleRecord
 from executors.testing import wait_until
 
 

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from executors._clock import SKEW_ENV
-from executors._service.sqlite_schedules import SQLiteScheduleStore
-from executors._service.store import (
+from executors.stores import (
     Plan,
     ScheduleDefinition,
     ScheduleRecord,
+    SQLiteScheduleStore,
     StoreFormatError,
     open_store,
     sqlite_path,
@@ -154,7 +154,7 @@ def test_the_store_clock_is_the_process_s_own_and_the_skew_hook_reaches_it(
     clock is that process's. The race tests' wall-skew hook (`SKEW_ENV`) shifts it as a faked
     clock would: a process skewed by +90 s reads the same file's clock 90 s ahead."""
     script = ("import sys\n"
-              "from executors._service.sqlite_schedules import SQLiteScheduleStore\n"
+              "from executors.stores import SQLiteScheduleStore\n"
               "s = SQLiteScheduleStore(sys.argv[1])\n"
               "print(s.now().timestamp())\n"
               "s.close()\n")
@@ -202,7 +202,7 @@ def test_a_database_that_is_not_a_store_is_refused_unaltered_when_a_store_is_req
         conn.execute("CREATE TABLE users (name TEXT)")
     before = _schema(path)
     for options in ({"create": False}, {"read_only": True}):
-        with pytest.raises(StoreFormatError, match="not a schedule store"):
+        with pytest.raises(StoreFormatError, match="holds no schedule store"):
             SQLiteScheduleStore(str(path), **options)  # type: ignore[arg-type]
     assert _schema(path) == before
     text = tmp_path / "notes.txt"
@@ -394,7 +394,7 @@ def test_a_slow_plan_gives_its_claims_a_full_lease_from_their_write(
     """A plan that took longer than the bound starts its leases at the write, not at the
     read: a claim planned for 0.3 s (past a bound made 0.1 s) holds its full 30 s from the
     write, and the claim and the record agree."""
-    from executors._service import sqlite_schedules
+    from executors.stores import _sqlite as sqlite_schedules
     from executors.testing import wait_until
 
     monkeypatch.setattr(sqlite_schedules, "_REBASE_AFTER", 0.1)
@@ -420,8 +420,8 @@ def test_a_claim_walks_the_partial_indexes_in_order_and_sorts_nothing(
     walks of the partial indexes that stop at the batch's limit: no temporary b-tree sorts
     every due record, and the declared names are tested row by row (a lookup in the
     connection's table), not looked up one by one and sorted."""
-    from executors._service import sqlite_sql as sq
-    from executors._service.claimable import Claimable
+    from executors.stores import Claimable
+    from executors.stores import _sqlite_sql as sq
 
     declare(store, "a", due=True)
     conn = store._conn()

@@ -9,16 +9,17 @@ import re
 import sqlite3
 import sys
 
-from executors._service.sqlite_schedules import SQLiteScheduleStore
-from executors._service.store import (
+from executors._service.stored import UNWATCHED_AFTER, resume_record
+from executors.stores import (
     ScheduleRecord,
     ScheduleStore,
+    SQLiteScheduleStore,
     StoreFormatError,
     open_store,
     sqlite_path,
 )
-from executors._service.stored import UNWATCHED_AFTER, resume_record
-from executors._urls import redact, scrub
+from executors.stores import redact_url as redact
+from executors.stores import scrub_url as scrub
 
 from ._words import plural
 

@@ -10,11 +10,11 @@ from collections.abc import Callable, Mapping
 from typing import TypedDict
 
 from executors import _validate
+from executors.stores import OnCrash
 from executors.triggers import Cron, FoldPolicy, GapPolicy
 
 from .job import OnError, Overrun, job_interval
 from .limits import check_name
-from .store import OnCrash
 from .wallclock import Missed, WallOnError, WallState, wall_state
 
 __all__ = ("CronOptions", "JobOptions", "cron_options", "every_options", "schedule_options",

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .store import ScheduleStore
+from executors.stores import ScheduleStore
 
 if TYPE_CHECKING:
     from .wallclock import TriggerLike

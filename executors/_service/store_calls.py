@@ -19,8 +19,7 @@ from collections.abc import Callable
 from typing import Any, final
 
 from executors._clock import SYSTEM_CLOCK
-
-from .store import ScheduleStore
+from executors.stores import ScheduleStore
 
 __all__ = ("WatchedStore",)
 

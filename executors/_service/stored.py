@@ -52,9 +52,9 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, cast, final
 
-from executors import _threads
+from executors import _threads, stores
+from executors.stores import Claim, Claimable, ScheduleDefinition, ScheduleRecord, ScheduleStore
 
-from .claimable import Claimable
 from .events import LeaseLost, ScheduleRemoved
 from .schedule_data import (
     StoredSchedule,
@@ -63,7 +63,6 @@ from .schedule_data import (
     resolve_target,
     target_of,
 )
-from .store import Claim, ScheduleDefinition, ScheduleRecord, ScheduleStore
 from .store_calls import WatchedStore
 from .stored_declare import declare_now, retry_all, serve_declarations
 from .stored_failing import Failing, failed, succeeded
@@ -180,11 +179,11 @@ class StoreLoop:
         self.completing: set[tuple[str, str]] = set()
         # Ended runs waiting for the loop's next batch (stores with ``complete_many``).
         self.finished: list[tuple[Claim, str]] = []
-        self.complete_many: Callable[[list[tuple[Claim, str]]], list[bool]] | None = getattr(
-            self.store, "complete_many", None)
-        # A store that writes the pass's completions and claims in one transaction (SQLite).
-        self.complete_and_claim: Callable[..., tuple[list[bool], list[Claim]]] | None = \
-            getattr(self.store, "complete_and_claim", None) if self.complete_many else None
+        # Stores that write a batch of completions (with the pass's claims: SQLite) at once.
+        many = stores.offered(self.watched.inner, stores.SupportsCompleteMany, self.store)
+        both = stores.offered(self.watched.inner, stores.SupportsCompleteAndClaim, self.store)
+        self.complete_many = None if many is None else many.complete_many
+        self.complete_and_claim = None if both is None else both.complete_and_claim
         self.reported_lost: set[tuple[str, int]] = set()
         self.decisions: dict[tuple[str, int], Decision] = {}
         # name -> (the latest fire time of a group announced, the wall time up to which that
@@ -249,9 +248,10 @@ class StoreLoop:
         # The parent's calls in progress are not this process's (and their lock may be held).
         self.watched = WatchedStore(self.watched.inner)
         self.store = cast(ScheduleStore, self.watched)
-        self.complete_many = getattr(self.store, "complete_many", None)
-        self.complete_and_claim = getattr(self.store, "complete_and_claim", None) \
-            if self.complete_many else None
+        many = stores.offered(self.watched.inner, stores.SupportsCompleteMany, self.store)
+        both = stores.offered(self.watched.inner, stores.SupportsCompleteAndClaim, self.store)
+        self.complete_many = None if many is None else many.complete_many
+        self.complete_and_claim = None if both is None else both.complete_and_claim
         self.finished = []
         self.decisions = {}
         self.planned = {}
@@ -378,10 +378,10 @@ class StoreLoop:
         clock = self.scheduler.clock
         monotonic = clock.monotonic
         backoff = BACKOFF_FIRST
-        watch = getattr(self.store, "watch", None)
-        if watch is not None:
-            self.unwatch = watch(self.changed)
-            self.listener = getattr(self.unwatch, "thread", None)
+        watching = stores.offered(self.watched.inner, stores.SupportsWatch, self.store)
+        if watching is not None:
+            self.unwatch = watching.watch(self.changed)
+            self.listener = stores.watch_thread(self.unwatch)
         while not self.closing:
             try:
                 delay = self._serve(monotonic)

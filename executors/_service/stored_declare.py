@@ -27,8 +27,9 @@ from .stored_failing import DECLARE_BACKOFF_FIRST, failed, succeeded
 from .stored_status import refresh_job
 
 if TYPE_CHECKING:
+    from executors.stores import ScheduleDefinition
+
     from .job import Job
-    from .store import ScheduleDefinition
     from .stored import StoreLoop
 
 __all__ = ("declare_now", "retry_all", "serve_declarations")

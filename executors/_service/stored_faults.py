@@ -30,7 +30,8 @@ from .stored_status import stop_snapshots
 from .stored_trust import on_crash_of
 
 if TYPE_CHECKING:
-    from .store import ScheduleRecord
+    from executors.stores import ScheduleRecord
+
     from .stored import StoreLoop
 
 __all__ = ("INTERRUPT_BEFORE", "OwnRunsFirst", "finish", "helper_threads", "interrupt_blocked",

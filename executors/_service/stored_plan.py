@@ -19,11 +19,11 @@ import time
 from typing import TYPE_CHECKING, final
 
 from executors import _search_budget
+from executors.stores import Plan, ScheduleRecord, ScheduleStore
 from executors.triggers import AllOf
 
 from .events import RunMissed
 from .schedule_data import trigger_of
-from .store import Plan, ScheduleRecord, ScheduleStore
 from .stored_failing import failed, succeeded
 from .stored_trust import declaration
 from .wallclock import WALK_BOUND, decide

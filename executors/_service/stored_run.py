@@ -21,8 +21,9 @@ from .schedule_data import resolve_target, trigger_of
 from .stored_trust import give_back
 
 if TYPE_CHECKING:
+    from executors.stores import Claim, ScheduleDefinition
+
     from .job import Job
-    from .store import Claim, ScheduleDefinition
     from .stored import StoreLoop
     from .wallclock import TriggerLike
 

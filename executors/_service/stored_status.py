@@ -21,7 +21,7 @@ import logging
 import math
 from typing import TYPE_CHECKING
 
-from executors import _threads
+from executors import _threads, stores
 from executors._clock import SYSTEM_CLOCK
 
 from .schedule_data import StoredSchedule, iso
@@ -29,8 +29,9 @@ from .stored_plan import trigger_for
 from .stored_trust import note_refused
 
 if TYPE_CHECKING:
+    from executors.stores import ScheduleRecord
+
     from .job import Job
-    from .store import ScheduleRecord
     from .stored import StoreLoop
 
 __all__ = ("SNAPSHOT_EVERY", "WHOLE_EVERY", "ask_snapshot", "refresh_job", "stop_snapshots",
@@ -120,12 +121,12 @@ def take_snapshot(loop: StoreLoop) -> None:
     thread)."""
     with loop.lock:
         touches = loop.touches  # job refreshes after this are fresher than this read
-    changed_since = getattr(loop.store, "changed_since", None)
+    tracking = stores.offered(loop.watched.inner, stores.SupportsChangedSince, loop.store)
     now = loop.scheduler.clock.monotonic()
-    if changed_since is None or loop.mark is None or now >= loop.whole_at:
+    if tracking is None or loop.mark is None or now >= loop.whole_at:
         loop.mark = None
-    if changed_since is not None:
-        changes = changed_since(loop.mark)
+    if tracking is not None:
+        changes = tracking.changed_since(loop.mark)
         whole, records, corrupt = changes.whole, changes.records, changes.corrupt
         loop.mark = changes.mark
     else:

@@ -18,11 +18,12 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal
 
-from .claimable import Claimable
+from executors.stores import Claimable
 
 if TYPE_CHECKING:
+    from executors.stores import Claim, ScheduleDefinition, ScheduleRecord
+
     from .job import Job
-    from .store import Claim, ScheduleDefinition, ScheduleRecord
     from .stored import StoreLoop
     from .wallclock import TriggerLike
 

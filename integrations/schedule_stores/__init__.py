@@ -3,7 +3,7 @@
 
 The service finds them by URL scheme (``mongodb://``, ``postgresql://``) and imports them only
 then, so the library itself imports no driver. They keep the contract of
-``executors._service.store`` (the claim, the lease on the store's clock, the fenced completion).
+`executors.stores` (the claim, the lease on the store's clock, the fenced completion).
 """
 
 from __future__ import annotations

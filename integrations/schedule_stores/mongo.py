@@ -13,7 +13,6 @@ never writes back a lease that a renewal moved meanwhile.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 import math
 import random
@@ -26,31 +25,33 @@ import pymongo
 from pymongo import UpdateOne
 from pymongo.errors import InvalidURI, PyMongoError
 
-from executors._service.claimable import Claimable
-from executors._service.store import (
+from executors.stores import (
     FORMAT_VERSION,
     Claim,
+    Claimable,
     Declared,
     OnCrash,
     Planner,
     ScheduleDefinition,
     ScheduleRecord,
+    Step,
     StoreFormatError,
-    finish_record,
+    Unreadable,
+    changing,
+    check_format,
+    declaration,
+    finishing,
     from_epoch,
-    given_back,
-    holds,
-    new_record,
+    giving_back,
+    no_store,
     record_fields,
     record_from_fields,
-    redeclared,
-    replacing,
+    redact_url,
+    rewrite,
+    scrub_url,
     settle_claim,
     to_epoch,
-    unchanged,
 )
-from executors._service.unreadable import Unreadable
-from executors._urls import redact, scrub
 
 from .mongo_owners import OwnerBeats
 
@@ -103,12 +104,12 @@ class MongoScheduleStore:
     Raises:
         ValueError: pymongo cannot read the URL (naming it, secrets hidden).
         ConnectionError: the server cannot be reached (naming the URL, secrets hidden).
-        StoreFormatError: the collection was written by a newer format; or, with `create`
-            False, the database holds no store.
+        StoreFormatError: the collection was written by a newer format, or records a format
+            that is not a number; or, with `create` False, the database holds no store.
     """
 
     def __init__(self, url: str, *, connect_timeout: float = 10.0, create: bool = True) -> None:
-        self.display_url = redact(url)
+        self.display_url = redact_url(url)
         self._window = 1  # see _WIDEST
         # The latest `Claimable` given, its names as a list and its allowlist as a regex.
         self._only: tuple[Claimable, list[str], str] | None = None
@@ -128,7 +129,7 @@ class MongoScheduleStore:
         except (InvalidURI, ValueError, TypeError) as exc:
             # pymongo could not read the URL (InvalidURI, or an option's value it refuses):
             # its message may quote a part of it.
-            failure = ValueError(f"schedule store {self.display_url}: {scrub(str(exc), url)}")
+            failure = ValueError(f"schedule store {self.display_url}: {scrub_url(str(exc), url)}")
         except PyMongoError as exc:  # ConfigurationError: an SRV record not found, ...
             failure = self._unreachable(exc, url)
         if failure is not None:
@@ -144,20 +145,17 @@ class MongoScheduleStore:
                                 {"$setOnInsert": {"value": FORMAT_VERSION}}, upsert=True)
             stored = meta.find_one({"_id": "format"})
         except PyMongoError as exc:
-            self._client.close()
             failure = self._unreachable(exc, url)
         if failure is None and stored is None:  # every store's opening writes one
-            self._client.close()
-            failure = StoreFormatError(f"{self.display_url} holds no schedule store (no "
-                                       "format in executors_meta): refused, nothing written")
+            failure = no_store(self.display_url, "no format in executors_meta")
+        if failure is None:
+            try:
+                check_format((stored or {}).get("value"), self.display_url)
+            except StoreFormatError as exc:
+                failure = exc
         if failure is not None:
-            raise failure
-        version = int((stored or {}).get("value", FORMAT_VERSION))
-        if version > FORMAT_VERSION:
             self._client.close()
-            raise StoreFormatError(
-                f"{self.display_url} was written by store format {version}; this version of "
-                f"executors reads format {FORMAT_VERSION} and older: upgrade executors")
+            raise failure
         # What a claim and next_due read, each a range of an index (not a scan of the
         # collection): records by next fire time, runs in progress by lease end (a record
         # with no run in progress has a null lease, which a numeric range never matches).
@@ -167,7 +165,7 @@ class MongoScheduleStore:
         self._owners = OwnerBeats(db["executors_owners"], self._records, self.now)
 
     def _unreachable(self, exc: PyMongoError, url: str) -> ConnectionError:
-        reason = scrub(" ".join(str(exc).split()), url)
+        reason = scrub_url(" ".join(str(exc).split()), url)
         return ConnectionError(f"cannot reach the schedule store {self.display_url}: {reason}")
 
     def __repr__(self) -> str:
@@ -189,30 +187,31 @@ class MongoScheduleStore:
         while True:
             doc = self._records.find_one({"_id": definition.name})
             try:
-                old = None if doc is None else _from_doc(doc)
+                old, unreadable = (None if doc is None else _from_doc(doc)), ""
             except StoreFormatError as exc:
+                old, unreadable = None, str(exc)
+            declared = declaration(definition, old, lambda: first_fire(self.now()),
+                                   digest=digest, unreadable=unreadable,
+                                   stored_version=None if doc is None else doc.get("version"))
+            if declared.outcome == "unchanged":
+                return declared
+            if declared.outcome == "replaced":
                 assert doc is not None
-                record = replacing(definition, first_fire(self.now()), doc.get("version"))
                 # Over the document as read (its version, or its lack of one): a change made
                 # meanwhile by another process is read again.
                 if self._records.replace_one({"_id": definition.name,
                                               "version": doc.get("version")},
-                                             _to_doc(record)).matched_count == 1:
-                    return Declared(record, "replaced", str(exc))
-                continue
-            if old is not None and unchanged(old, definition, digest):
-                return Declared(old, "unchanged")
-            record = new_record(definition, first_fire(self.now()))
-            if old is None:
+                                             _to_doc(declared.record)).matched_count == 1:
+                    return declared
+            elif old is None:
                 try:
-                    self._records.insert_one(_to_doc(record))
+                    self._records.insert_one(_to_doc(declared.record))
                 except pymongo.errors.DuplicateKeyError:
                     continue  # another process declared it first: read theirs
-                return Declared(record, "added")
-            record = redeclared(old, definition, record.next_fire)
+                return declared
             # The run in progress is left as stored (a renewal may have moved its lease).
-            if self._replace(record, old.version, skip=_RUN):
-                return Declared(record, "changed")
+            elif self._replace(declared.record, old.version, skip=_RUN):
+                return declared
 
     def _replace(self, record: ScheduleRecord, version: int, *, skip: tuple[str, ...] = (),
                  only: tuple[str, ...] | None = None) -> bool:
@@ -335,47 +334,34 @@ class MongoScheduleStore:
             {"$set": {"lease_until": until}})
         return result.matched_count == 1
 
+    # Each writes only the fields its step changes: a control operation's pause, next fire
+    # time or definition written meanwhile stays (its version bump makes the write lose, and
+    # `rewrite` read again); a run in progress keeps its lease and token.
     def complete(self, claim: Claim, result: str) -> bool:
-        while True:
-            doc = self._records.find_one({"_id": claim.name, "claim_token": claim.token})
-            record = None if doc is None else _from_doc(doc)
-            if not holds(record, claim):
-                return False
-            # Only what the run's end changes: a control operation's pause, next fire time
-            # or definition, written meanwhile, stays (its version bump makes this retry).
-            finished = finish_record(record, result)
-            if self._replace(finished, record.version, only=_FINISHED):
-                return True
+        return self._rewrite(claim.name, finishing(claim, result), _FINISHED, claim.token)
 
     def give_back(self, claim: Claim) -> bool:
-        now = self.now()
-        while True:
-            doc = self._records.find_one({"_id": claim.name, "claim_token": claim.token})
-            record = None if doc is None else _from_doc(doc)
-            if not holds(record, claim):
-                return False
-            # Only the run's fields and the next fire time: a control operation's pause or
-            # definition, written meanwhile, stays (its version bump makes this retry).
-            if self._replace(given_back(record, claim, now), record.version, only=_GIVEN_BACK):
-                return True
-
-    def _change(self, name: str, **changes: object) -> bool:
-        while True:
-            doc = self._records.find_one({"_id": name})
-            if doc is None:
-                return False
-            record = _from_doc(doc)
-            updated = dataclasses.replace(record, version=record.version + 1,
-                                          **changes)  # type: ignore[arg-type]
-            # Only the changed fields: a run in progress keeps its lease and token.
-            if self._replace(updated, record.version, only=("version", *changes)):
-                return True
+        return self._rewrite(claim.name, giving_back(claim, self.now()), _GIVEN_BACK,
+                             claim.token)
 
     def set_paused(self, name: str, paused: bool) -> bool:
-        return self._change(name, paused=paused)
+        return self._rewrite(name, changing(paused=paused), ("version", "paused"))
 
     def set_next_fire(self, name: str, next_fire: dt.datetime | None) -> bool:
-        return self._change(name, next_fire=next_fire)
+        return self._rewrite(name, changing(next_fire=next_fire), ("version", "next_fire"))
+
+    def _rewrite(self, name: str, step: Step, fields: tuple[str, ...],
+                 token: str | None = None) -> bool:
+        """`rewrite` with a conditional update of `fields` (the version read must still be
+        stored); `token`: read only the record that holds that claim."""
+        query = {"_id": name} if token is None else {"_id": name, "claim_token": token}
+
+        def read() -> ScheduleRecord | None:
+            doc = self._records.find_one(query)
+            return None if doc is None else _from_doc(doc)
+
+        return rewrite(read, step, lambda old, new: self._replace(new, old.version,
+                                                                  only=fields))
 
     def remove(self, name: str) -> bool:
         with self._unreadable.writing(name):

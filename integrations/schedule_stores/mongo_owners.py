@@ -33,7 +33,7 @@ from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
 
 from executors import PeriodicExecutor
-from executors._service.store import LIVENESS_EVERY, OWNER_BEAT, OWNER_STALE, to_epoch
+from executors.stores import LIVENESS_EVERY, OWNER_BEAT, OWNER_STALE, to_epoch
 
 __all__ = ("OwnerBeats",)
 

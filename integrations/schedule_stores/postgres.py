@@ -20,11 +20,9 @@ pure-Python one spends about half of a claim's client time in the driver.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 import json
 import logging
-import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -33,30 +31,33 @@ from typing import Any, final
 
 import psycopg
 
-from executors._service.claimable import Claimable
-from executors._service.store import (
+from executors.stores import (
     FORMAT_VERSION,
     Claim,
+    Claimable,
     Declared,
     OnCrash,
     Planner,
     ScheduleDefinition,
     ScheduleRecord,
+    Step,
     StoreFormatError,
-    finish_record,
+    ThreadConnections,
+    Unreadable,
+    changing,
+    check_format,
+    declaration,
+    finishing,
     from_epoch,
-    given_back,
-    holds,
-    new_record,
+    giving_back,
+    no_store,
     record_fields,
     record_from_fields,
-    redeclared,
-    replacing,
+    redact_url,
+    rewrite,
+    scrub_url,
     settle_claim,
-    unchanged,
 )
-from executors._service.unreadable import Unreadable
-from executors._urls import redact, scrub
 
 from .postgres_connections import Listener, connect, cut
 from .postgres_owners import OwnerLocks
@@ -210,7 +211,7 @@ def _encode_claimed(record: ScheduleRecord) -> tuple[object, ...]:
 def _opening_error(exc: psycopg.Error, url: str, shown: str) -> Exception:
     """The documented error of a failed opening: libpq's message (which spans lines, and may
     quote a part of the URL: a password cut by its parser too) scrubbed of the URL's secrets."""
-    reason = scrub(" ".join(str(exc).split()), url)
+    reason = scrub_url(" ".join(str(exc).split()), url)
     if isinstance(exc, psycopg.ProgrammingError):  # libpq could not read the URL
         return ValueError(f"schedule store {shown}: {reason}")
     return ConnectionError(f"cannot reach the schedule store {shown}: {reason}")
@@ -229,17 +230,19 @@ class PostgresScheduleStore:
     Raises:
         ValueError: libpq cannot read the URL (naming it, secrets hidden).
         ConnectionError: the server cannot be reached (naming the URL, secrets hidden).
-        StoreFormatError: the table was written by a newer format; or, with `create` False,
-            the database holds no store.
+        StoreFormatError: the table was written by a newer format, or records a format that
+            is not a number; or, with `create` False, the database holds no store.
     """
 
     def __init__(self, url: str, *, connect_timeout: float = 10.0, create: bool = True) -> None:
         self._url = url
-        self.display_url = redact(url)
+        self.display_url = redact_url(url)
         self._connect_timeout = max(1, round(connect_timeout))
-        self._local = threading.local()
+        # A new connection is a new session: its table of claimable names starts empty.
+        self._conns = ThreadConnections(lambda: connect(self._url, self._connect_timeout),
+                                        closed=lambda conn: conn.closed, fresh=_no_names)
+        self._local = self._conns.local
         self._lock = threading.Lock()
-        self._connections: list[psycopg.Connection[Any]] = []
         self._listeners: list[Listener] = []
         self._unreadable = Unreadable()
         self._owners = OwnerLocks()
@@ -265,9 +268,13 @@ class PostgresScheduleStore:
         except psycopg.Error as exc:
             failure = _opening_error(exc, url, self.display_url)
         if failure is None and oid is None:
-            failure = StoreFormatError(f"{self.display_url} holds no schedule store (no "
-                                       "executors_schedules and executors_meta tables): "
-                                       "refused, nothing written")
+            failure = no_store(self.display_url, "no executors_schedules and executors_meta "
+                                                 "tables")
+        if failure is None:
+            try:
+                check_format(row[0] if row else None, self.display_url)
+            except StoreFormatError as exc:
+                failure = exc
         if failure is not None:
             # Raised out of the handler: the driver's error, which holds its message as it
             # was, is neither the cause nor the context of this one.
@@ -276,28 +283,14 @@ class PostgresScheduleStore:
         assert oid is not None
         #: The channel `watch` listens on and the store's changes notify.
         self.channel = f"executors_schedules_{oid[0]}"
-        version = int(row[0]) if row else FORMAT_VERSION
-        if version > FORMAT_VERSION:
-            self.close()
-            raise StoreFormatError(
-                f"{self.display_url} was written by store format {version}; this version of "
-                f"executors reads format {FORMAT_VERSION} and older: upgrade executors")
 
     def __repr__(self) -> str:
         return f"<PostgresScheduleStore {self.display_url!r}>"
 
     def _conn(self) -> psycopg.Connection[Any]:
-        """This thread's connection (a connection runs one transaction at a time)."""
-        conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
-        # A connection never crosses a fork: a forked child opens its own.
-        if conn is None or conn.closed or getattr(self._local, "pid", None) != os.getpid():
-            conn = connect(self._url, self._connect_timeout)
-            self._local.conn = conn
-            self._local.pid = os.getpid()
-            self._local.only = None  # the names loaded into this session's table
-            with self._lock:
-                self._connections.append(conn)
-        return conn
+        """This thread's connection (`ThreadConnections`: a connection runs one transaction
+        at a time, and never crosses a fork)."""
+        return self._conns.get()
 
     @contextmanager
     def _tx(self) -> Iterator[psycopg.Cursor[Any]]:
@@ -307,8 +300,12 @@ class PostgresScheduleStore:
 
     def now(self) -> dt.datetime:
         with self._tx() as cur:
-            cur.execute(f"SELECT {_NOW}")
-            row = cur.fetchone()
+            return self._now(cur)
+
+    @staticmethod
+    def _now(cur: psycopg.Cursor[Any]) -> dt.datetime:
+        cur.execute(f"SELECT {_NOW}")
+        row = cur.fetchone()
         assert row is not None
         return from_epoch(float(row[0]))
 
@@ -340,37 +337,31 @@ class PostgresScheduleStore:
 
     def declare(self, definition: ScheduleDefinition,
                 first_fire: Callable[[dt.datetime], dt.datetime | None]) -> Declared:
-        digest = definition.digest()
         name = definition.name
         with self._unreadable.writing(name), self._tx() as cur:
             cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (name,))
             try:
-                old = self._read(cur, name, lock=True)
-                unreadable = ""
+                old, unreadable = self._read(cur, name, lock=True), ""
             except StoreFormatError as exc:  # the row is locked (FOR UPDATE) all the same
                 old, unreadable = None, str(exc)
-            if old is not None and unchanged(old, definition, digest):
-                return Declared(old, "unchanged")
-            cur.execute(f"SELECT {_NOW}")
-            row = cur.fetchone()
-            assert row is not None
-            next_fire = first_fire(from_epoch(float(row[0])))
-            record = new_record(definition, next_fire)
-            self._notify(cur, name)
+            stored: object = None
             if unreadable:
                 cur.execute("DELETE FROM executors_schedules WHERE name = %s RETURNING version",
                             (name,))
                 gone = cur.fetchone()
-                record = replacing(definition, next_fire, gone[0] if gone else None)
+                stored = gone[0] if gone else None
+            declared = declaration(definition, old, lambda: first_fire(self._now(cur)),
+                                   unreadable=unreadable, stored_version=stored)
+            if declared.outcome == "unchanged":
+                return declared
+            self._notify(cur, name)
             if old is None:
                 cur.execute(f"INSERT INTO executors_schedules ({_COLUMNS}) VALUES "
                             "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                            _encode(record))
-                return Declared(record, "replaced", unreadable) if unreadable \
-                    else Declared(record, "added")
-            record = redeclared(old, definition, record.next_fire)
-            self._write(cur, [(record, old.version)])
-            return Declared(record, "changed")
+                            _encode(declared.record))
+            else:
+                self._write(cur, [(declared.record, old.version)])
+            return declared
 
     def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
               on_crash: Callable[[ScheduleRecord], OnCrash],
@@ -459,36 +450,27 @@ class PostgresScheduleStore:
             return cur.rowcount == 1
 
     def complete(self, claim: Claim, result: str) -> bool:
-        with self._tx() as cur:
-            record = self._read(cur, claim.name, lock=True)
-            if not holds(record, claim):
-                return False
-            return bool(self._write(cur, [(finish_record(record, result), record.version)]))
+        return self._rewrite(claim.name, finishing(claim, result), notify=False)
 
     def give_back(self, claim: Claim) -> bool:
-        now = self.now()
-        with self._tx() as cur:
-            record = self._read(cur, claim.name, lock=True)
-            if not holds(record, claim):
-                return False
-            self._notify(cur, claim.name)  # a watching owner claims it at once
-            return bool(self._write(cur, [(given_back(record, claim, now), record.version)]))
-
-    def _change(self, name: str, **changes: object) -> bool:
-        with self._tx() as cur:
-            record = self._read(cur, name, lock=True)
-            if record is None:
-                return False
-            updated = dataclasses.replace(record, version=record.version + 1,
-                                          **changes)  # type: ignore[arg-type]
-            self._notify(cur, name)  # sent at commit, not at all if the write rolls back
-            return bool(self._write(cur, [(updated, record.version)]))
+        # Notified: a watching owner claims it at once.
+        return self._rewrite(claim.name, giving_back(claim, self.now()))
 
     def set_paused(self, name: str, paused: bool) -> bool:
-        return self._change(name, paused=paused)
+        return self._rewrite(name, changing(paused=paused))
 
     def set_next_fire(self, name: str, next_fire: dt.datetime | None) -> bool:
-        return self._change(name, next_fire=next_fire)
+        return self._rewrite(name, changing(next_fire=next_fire))
+
+    def _rewrite(self, name: str, step: Step, *, notify: bool = True) -> bool:
+        """`rewrite` in one transaction, the row locked (``FOR UPDATE``) from the read to the
+        write; `notify`: the listeners are told at commit (not at all if it rolls back)."""
+        with self._tx() as cur:
+            def write(old: ScheduleRecord, new: ScheduleRecord) -> bool:
+                if notify:
+                    self._notify(cur, name)
+                return bool(self._write(cur, [(new, old.version)]))
+            return rewrite(lambda: self._read(cur, name, lock=True), step, write)
 
     def remove(self, name: str) -> bool:
         with self._unreadable.writing(name), self._tx() as cur:
@@ -543,17 +525,22 @@ class PostgresScheduleStore:
         connection is not freed here (libpq's state belongs to the thread using it), it fails
         in that thread, which closes it."""
         with self._lock:
-            connections = [*self._connections, *(x.conn for x in self._listeners if x.conn)]
+            listening = [x.conn for x in self._listeners if x.conn]
+        connections = [*self._conns.all(), *listening]
         for conn in connections:
             cut(conn)
 
     def close(self) -> None:
         with contextlib.suppress(psycopg.Error):
             self._owners.release()
+        connections = self._conns.take_all()
         with self._lock:
-            connections, self._connections = self._connections, []
             listeners, self._listeners = self._listeners, []
         for listener in listeners:
             listener.close()
         for conn in connections:
             conn.close()
+
+
+def _no_names(local: threading.local) -> None:
+    local.only = None  # the names loaded into this session's table

@@ -27,7 +27,7 @@ from typing import Any, final
 
 import psycopg
 
-from executors._service.store import LIVENESS_EVERY
+from executors.stores import LIVENESS_EVERY
 
 __all__ = ("OWNERS_LOCK_SPACE", "OwnerLocks")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pymongo
 import pytest
 
-from executors._service.store import ScheduleRecord, open_store, sqlite_path
+from executors.stores import ScheduleRecord, open_store, sqlite_path
 
 __all__ = ("corrupt", "empty_store_url", "rewrite", "stored_record")
 
@@ -47,7 +47,7 @@ def stored_record(url: str, name: str) -> ScheduleRecord | None:
 
 
 def corrupt(url: str, name: str, definition: dict[str, object], *,
-            format_version: int | None = None) -> None:
+            format_version: int | str | None = None) -> None:
     """Write `definition` raw into record `name` of the SQLite, MongoDB or PostgreSQL store
     at `url` (due at once: next fire time 0), or set the store's format to
     `format_version`."""

@@ -21,21 +21,21 @@ from helpers import stored_jobs
 from helpers.store_urls import corrupt, empty_store_url, rewrite
 
 from executors import BackgroundService, Interval, ScheduleChanged, ServiceEvent
-from executors._service.claimable import Claimable
-from executors._service.sqlite_schedules import SQLiteScheduleStore
-from executors._service.store import (
+from executors.stores import (
     FORMAT_VERSION,
     Claim,
+    Claimable,
     Plan,
     ScheduleDefinition,
     ScheduleRecord,
     ScheduleStore,
+    SQLiteScheduleStore,
     StoreFormatError,
+    Unreadable,
     from_epoch,
     open_store,
     record_fields,
 )
-from executors._service.unreadable import Unreadable
 from executors.testing import wait_until
 from integrations.schedule_stores import postgres as pg
 from integrations.schedule_stores.mongo import MongoScheduleStore

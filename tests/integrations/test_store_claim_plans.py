@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from helpers.store_urls import empty_store_url
 
-from executors._service.store import Plan, ScheduleDefinition, ScheduleRecord, new_record
+from executors.stores import Plan, ScheduleDefinition, ScheduleRecord, new_record
 from integrations.schedule_stores import postgres as pg
 
 ROWS = 5_000

@@ -32,7 +32,7 @@ from executors import (
 )
 from executors._service import stored_declare, stored_failing, stored_plan
 from executors._service.limits import ARGS_DEPTH_MAX, ARGS_SIZE_MAX, NAME_MAX
-from executors._service.store import ScheduleDefinition, open_store, sqlite_path
+from executors.stores import ScheduleDefinition, open_store, sqlite_path
 from executors.testing import wait_until
 
 UTC = dt.UTC

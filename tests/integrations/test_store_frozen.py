@@ -24,9 +24,7 @@ from helpers.freezing import frozen, holding_write_lock, postmaster_pid
 from helpers.store_urls import empty_store_url, stored_record
 
 from executors import BackgroundService, Date, Interval
-from executors._service.memory_schedules import MemoryStore
-from executors._service.sqlite_schedules import SQLiteScheduleStore
-from executors._service.store import sqlite_path
+from executors.stores import MemoryStore, SQLiteScheduleStore, sqlite_path
 from executors.testing import wait_until
 
 Freeze = Callable[[], contextlib.AbstractContextManager[Any]]

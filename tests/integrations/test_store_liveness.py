@@ -25,7 +25,7 @@ import psycopg
 import pytest
 from helpers.store_urls import stored_record
 
-from executors._service.store import (
+from executors.stores import (
     Claim,
     Plan,
     ScheduleDefinition,

@@ -18,7 +18,7 @@ from helpers.store_urls import empty_store_url
 from executors import BackgroundService, Interval
 from executors._cli import main
 from executors._service import stored
-from executors._service.store import Plan, ScheduleDefinition, ScheduleRecord
+from executors.stores import Plan, ScheduleDefinition, ScheduleRecord
 from executors.testing import wait_until
 from integrations.schedule_stores.postgres import PostgresScheduleStore
 

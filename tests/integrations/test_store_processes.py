@@ -29,9 +29,8 @@ from helpers.store_urls import corrupt
 
 from executors import BackgroundService, Interval
 from executors._clock import SKEW_ENV
-from executors._service.claimable import Claimable
-from executors._service.store import ScheduleStore, open_store
 from executors.service import ScheduleChanged
+from executors.stores import Claimable, ScheduleStore, open_store
 from executors.testing import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -417,7 +416,7 @@ def test_a_server_store_of_a_newer_format_is_refused_naming_both_versions(
         shared_store_url: str) -> None:
     """A MongoDB database or PostgreSQL table written by a newer store format is refused
     when opened (and by BackgroundService), naming both versions."""
-    from executors._service.store import FORMAT_VERSION, StoreFormatError
+    from executors.stores import FORMAT_VERSION, StoreFormatError
 
     open_store(shared_store_url).close()
     corrupt(shared_store_url, "", {}, format_version=FORMAT_VERSION + 1)
@@ -427,6 +426,23 @@ def test_a_server_store_of_a_newer_format_is_refused_naming_both_versions(
             open_store(shared_store_url)
         with pytest.raises(StoreFormatError, match=pattern):
             BackgroundService("new", store=shared_store_url)
+    finally:
+        corrupt(shared_store_url, "", {}, format_version=FORMAT_VERSION)
+
+
+@SERVER_STORES
+def test_a_server_store_whose_format_is_not_a_number_is_refused_naming_it(
+        shared_store_url: str) -> None:
+    """A MongoDB database or PostgreSQL table whose recorded format is not a number is refused
+    as a store this code cannot read (`StoreFormatError` naming the value, the check every
+    store shares), not with int()'s bare ValueError."""
+    from executors.stores import FORMAT_VERSION, StoreFormatError
+
+    open_store(shared_store_url).close()
+    corrupt(shared_store_url, "", {}, format_version="new")
+    try:
+        with pytest.raises(StoreFormatError, match="records store format 'new', not a number"):
+            open_store(shared_store_url)
     finally:
         corrupt(shared_store_url, "", {}, format_version=FORMAT_VERSION)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from executors._clock import wall_skew
 
-from .store import ScheduleRecord, record_fields, to_epoch
+from ._records import ScheduleRecord, record_fields, to_epoch
 
 __all__ = ("CHANGED_INDEX", "CLAIMABLE_TABLE", "COLUMNS", "COMPLETE", "COMPLETE_STAMPED", "DUE",
            "EXPIRED", "LATEST", "NOW", "SCHEMA", "UPDATE_STATE", "not_in", "opt_epoch",
@@ -74,9 +74,9 @@ EXPIRED = (f"SELECT {COLUMNS} FROM executors_schedules WHERE running_fire IS NOT
             "AND lease_until < ?{where} ORDER BY lease_until LIMIT ?")
 DUE = (f"SELECT {COLUMNS} FROM executors_schedules WHERE paused = 0 "
         "AND running_fire IS NULL AND next_fire <= ?{where} ORDER BY next_fire LIMIT ?")
-# `store.finish_record` in SQL (the counters live in the JSON state): the run is counted, a
+# `finish_record` in SQL (the counters live in the JSON state): the run is counted, a
 # failure too, the fire time and result become the last ones, the lease is let go. Fenced by
-# the claim's token (`store.holds`): a control operation since the claim does not refuse it.
+# the claim's token (`holds`): a control operation since the claim does not refuse it.
 COMPLETE = ("UPDATE executors_schedules SET version = version + 1, owner = NULL, "
              "lease_until = NULL, running_fire = NULL, claim_token = NULL, "
              "changed = {changed}, state = json_set("

@@ -18,7 +18,7 @@ index, so a write adds no page of its own), so `changed_since` reads only the ro
 since a reader's last look: the service's status snapshot costs what changed, not what is
 stored. Parsed definitions are kept by their JSON text, so a claim does not parse an unchanged
 definition again; claims rewrite the state columns only, and a completion is one conditional
-``UPDATE`` computed by SQLite (``store.finish_record`` in SQL), with no read.
+``UPDATE`` computed by SQLite (`finish_record` in SQL), with no read.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import dataclasses
 import datetime as dt
 import json
 import math
-import os
 import sqlite3
 import threading
 import time
@@ -36,10 +35,34 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, final
 
-from .claimable import Claimable
-from .owner_files import OwnerFiles
-from .sqlite_files import check_format, connect_read_only, open_file, unopenable
-from .sqlite_sql import (
+from ._claimable import Claimable
+from ._liveness import LIVENESS_EVERY
+from ._owner_files import OwnerFiles
+from ._protocol import Changes, SupportsLost
+from ._records import (
+    FORMAT_VERSION,
+    Claim,
+    Declared,
+    OnCrash,
+    Planner,
+    ScheduleDefinition,
+    ScheduleRecord,
+    StoreFormatError,
+    from_epoch,
+    record_from_fields,
+    to_epoch,
+)
+from ._shared import (
+    Step,
+    ThreadConnections,
+    changing,
+    check_format,
+    declaration,
+    giving_back,
+    rewrite,
+)
+from ._sqlite_files import connect_read_only, open_file, unopenable
+from ._sqlite_sql import (
     CHANGED_INDEX,
     CLAIMABLE_TABLE,
     COLUMNS,
@@ -56,30 +79,12 @@ from .sqlite_sql import (
     state_json,
     state_params,
 )
-from .store import (
-    FORMAT_VERSION,
-    LIVENESS_EVERY,
-    Claim,
-    Declared,
-    OnCrash,
-    Planner,
-    ScheduleDefinition,
-    ScheduleRecord,
-    StoreFormatError,
-    from_epoch,
-    given_back,
-    holds,
-    new_record,
-    record_from_fields,
-    redeclared,
-    replacing,
+from ._transitions import (
     settle_claim,
-    to_epoch,
-    unchanged,
 )
-from .unreadable import Unreadable
+from ._unreadable import Unreadable
 
-__all__ = ("BUSY_ATTEMPT", "Changes", "SQLiteScheduleStore")
+__all__ = ("BUSY_ATTEMPT", "SQLiteScheduleStore")
 
 #: The longest one attempt to take the file's write lock waits (seconds); `busy_timeout` is
 #: spent in attempts of this length.
@@ -91,21 +96,6 @@ _REBASE_AFTER = 1.0
 #: How many parsed definitions and decoded rows a store keeps (one of each per schedule is
 #: what it needs).
 _KEPT = 100_000
-
-
-@dataclasses.dataclass(frozen=True)
-class Changes:
-    """What `SQLiteScheduleStore.changed_since` found."""
-
-    #: The mark to pass next time.
-    mark: int
-    #: True: `records` and `corrupt` are the whole store (a first look, or one after a removal);
-    #: False: only the records written since the mark passed in.
-    whole: bool
-    #: The readable records among them, by name.
-    records: list[ScheduleRecord]
-    #: ``(name, reason)`` of the unreadable ones.
-    corrupt: list[tuple[str, str]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,9 +143,9 @@ class SQLiteScheduleStore:
         self.display_url = f"sqlite:///{path}"  # four slashes for an absolute path
         self._busy_timeout = busy_timeout
         self._interrupted = False
-        self._local = threading.local()
-        self._lock = threading.Lock()
-        self._connections: list[sqlite3.Connection] = []
+        # Each connection's table of claimable names starts empty (`_only`).
+        self._conns = ThreadConnections(self._connect, fresh=_no_names)
+        self._local = self._conns.local
         # (name, a definition's JSON text) -> the definition decoded from it (shared by the
         # threads: a dict's get and set are atomic, and two threads decoding one text agree).
         self._definitions: dict[tuple[str, str], ScheduleDefinition] = {}
@@ -213,26 +203,20 @@ class SQLiteScheduleStore:
         return f"<SQLiteScheduleStore {self.display_url!r}>"
 
     def _conn(self) -> sqlite3.Connection:
-        """This thread's connection: a connection serves one statement at a time, so each
-        thread has its own (and a forked child opens new ones: a connection never crosses a
-        fork). ``check_same_thread=False`` only lets `close` close them all from one thread."""
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None or getattr(self._local, "pid", None) != os.getpid():
-            # A short wait per attempt (see `_begin`), never longer than the whole.
-            attempt = min(BUSY_ATTEMPT, self._busy_timeout)
-            if self._read_only is not None:
-                conn = connect_read_only(self._path, attempt, self._read_only)
-            else:
-                conn = sqlite3.connect(self._path, timeout=attempt, isolation_level=None,
-                                       check_same_thread=False)
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=NORMAL")
-                conn.execute("PRAGMA temp_store=MEMORY")  # the claimable names: no temp file
-            self._local.conn = conn
-            self._local.pid = os.getpid()
-            self._local.only = None  # the names loaded into this connection's table
-            with self._lock:
-                self._connections.append(conn)
+        """This thread's connection (`ThreadConnections`: one a thread, none across a fork).
+        ``check_same_thread=False`` only lets `close` close them all from one thread."""
+        return self._conns.get()
+
+    def _connect(self) -> sqlite3.Connection:
+        # A short wait per attempt (see `_begin`), never longer than the whole.
+        attempt = min(BUSY_ATTEMPT, self._busy_timeout)
+        if self._read_only is not None:
+            return connect_read_only(self._path, attempt, self._read_only)
+        conn = sqlite3.connect(self._path, timeout=attempt, isolation_level=None,
+                               check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA temp_store=MEMORY")  # the claimable names: no temp file
         return conn
 
     @contextmanager
@@ -263,9 +247,7 @@ class SQLiteScheduleStore:
         """Stop every wait for the write lock after its attempt (from now on a write waits
         one attempt at most) and interrupt the statements in progress. From any thread."""
         self._interrupted = True
-        with self._lock:
-            connections = list(self._connections)
-        for conn in connections:
+        for conn in self._conns.all():
             try:
                 conn.interrupt()
             except sqlite3.ProgrammingError:  # closed meanwhile
@@ -344,28 +326,23 @@ class SQLiteScheduleStore:
 
     def declare(self, definition: ScheduleDefinition,
                 first_fire: Callable[[dt.datetime], dt.datetime | None]) -> Declared:
-        digest = definition.digest()
         name = definition.name
         with self._unreadable.writing(name), self._write() as conn:
+            stored: object = None
             try:
-                old = self._read(conn, name)
+                old, unreadable = self._read(conn, name), ""
             except StoreFormatError as exc:
                 # Written over inside this write transaction: no other writer in between.
-                (stored_version,) = conn.execute(
+                (stored,) = conn.execute(
                     "SELECT version FROM executors_schedules WHERE name = ?", (name,)).fetchone()
+                old, unreadable = None, str(exc)
+            declared = declaration(definition, old, lambda: first_fire(self._now(conn)),
+                                   unreadable=unreadable, stored_version=stored)
+            if declared.outcome == "replaced":
                 conn.execute("DELETE FROM executors_schedules WHERE name = ?", (name,))
-                record = replacing(definition, first_fire(self._now(conn)), stored_version)
-                self._put(conn, record, None)
-                return Declared(record, "replaced", str(exc))
-            if old is not None and unchanged(old, definition, digest):
-                return Declared(old, "unchanged")
-            record = new_record(definition, first_fire(self._now(conn)))
-            if old is None:
-                self._put(conn, record, None)
-                return Declared(record, "added")
-            record = redeclared(old, definition, record.next_fire)
-            self._put(conn, record, old.version)
-            return Declared(record, "changed")
+            if declared.outcome != "unchanged":
+                self._put(conn, declared.record, None if old is None else old.version)
+            return declared
 
     @staticmethod
     def _now(conn: sqlite3.Connection) -> dt.datetime:
@@ -483,11 +460,12 @@ class SQLiteScheduleStore:
                      for row, was, record, claim in items]
         claims: list[Claim] = []
         changed = self._bump(conn)  # one counter value for the whole batch
-        lost = getattr(planned.planner, "lost", None)  # told of the plans not written
+        # A planner that keeps its plans is told of those not written.
+        lost = planned.planner if isinstance(planned.planner, SupportsLost) else None
         for row, was, record, claim in items:
             if not self._put_state(conn, record, was, row, changed):
                 if lost is not None:
-                    lost(record.name, record.version)
+                    lost.lost(record.name, record.version)
             elif claim is not None:
                 claims.append(claim)
         return claims
@@ -560,26 +538,20 @@ class SQLiteScheduleStore:
                 for claim, result in finished]
 
     def give_back(self, claim: Claim) -> bool:
-        with self._write() as conn:
-            record = self._read(conn, claim.name)
-            if not holds(record, claim):
-                return False
-            return self._put(conn, given_back(record, claim, self._now(conn)), record.version)
-
-    def _change(self, name: str, **changes: object) -> bool:
-        with self._write() as conn:
-            record = self._read(conn, name)
-            if record is None:
-                return False
-            updated = dataclasses.replace(record, version=record.version + 1,
-                                          **changes)  # type: ignore[arg-type]
-            return self._put(conn, updated, record.version)
+        return self._rewrite(claim.name, lambda conn: giving_back(claim, self._now(conn)))
 
     def set_paused(self, name: str, paused: bool) -> bool:
-        return self._change(name, paused=paused)
+        return self._rewrite(name, lambda conn: changing(paused=paused))
 
     def set_next_fire(self, name: str, next_fire: dt.datetime | None) -> bool:
-        return self._change(name, next_fire=next_fire)
+        return self._rewrite(name, lambda conn: changing(next_fire=next_fire))
+
+    def _rewrite(self, name: str, step: Callable[[sqlite3.Connection], Step]) -> bool:
+        """`rewrite` inside one write transaction (no other writer between the read and the
+        write): `step(conn)` makes the step (it may read the store's clock)."""
+        with self._write() as conn:
+            return rewrite(lambda: self._read(conn, name), step(conn),
+                           lambda old, new: self._put(conn, new, old.version))
 
     def remove(self, name: str) -> bool:
         with self._unreadable.writing(name), self._write() as conn:
@@ -644,7 +616,9 @@ class SQLiteScheduleStore:
 
     def close(self) -> None:
         self._owners.release()
-        with self._lock:
-            connections, self._connections = self._connections, []
-        for conn in connections:
+        for conn in self._conns.take_all():
             conn.close()
+
+
+def _no_names(local: threading.local) -> None:
+    local.only = None  # the names loaded into this connection's table

@@ -14,19 +14,52 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import re
 import sqlite3
 import urllib.parse
 
-from .store import FORMAT_VERSION, StoreFormatError
+from ._records import StoreFormatError
+from ._shared import check_format, no_store
 
-__all__ = ("Found", "check_format", "connect_read_only", "open_file", "unopenable")
+__all__ = ("Found", "connect_read_only", "open_file", "sqlite_path", "unopenable")
 
 #: The store's tables (a file holding both is a store).
 _TABLES = ("executors_meta", "executors_schedules")
 #: Columns added after the first format, and what a read-only look reads in their place in a
 #: file made before them (it cannot add them: it writes nothing).
 _LATER_COLUMNS = {"changed": "0", "claim_token": "NULL"}
+
+
+_SQLITE_FORMS = ("write sqlite:///jobs.db (a file relative to the working folder) or "
+                 "sqlite:////srv/jobs.db (an absolute path)")
+
+
+def sqlite_path(url: str) -> str:
+    """The file of a ``sqlite:`` URL: ``sqlite:///jobs.db`` is relative to the working
+    folder, ``sqlite:////srv/jobs.db`` absolute (SQLAlchemy's rule). Those two forms only:
+    the URL names a file, nothing else.
+
+    Raises:
+        ValueError: the URL names no file, is of another form (``sqlite:/jobs.db``, which
+            would be the root's ``/jobs.db``; ``sqlite://host/jobs.db``), or has a query or
+            a fragment (``?mode=ro``: no option is read, and none may end up in the file's
+            name), each named, with the two accepted forms.
+    """
+    scheme, colon, rest = url.partition(":")
+    if not colon or scheme.lower() != "sqlite":
+        raise ValueError(f"store {url!r} is not a sqlite: URL: {_SQLITE_FORMS}")
+    if not rest.startswith("///"):
+        what = "names no file" if rest in ("", "/", "//") else (
+            "has a host" if rest.startswith("//") else "has fewer than three slashes")
+        raise ValueError(f"store {url!r} {what}: {_SQLITE_FORMS}")
+    path = rest[3:]
+    for mark, what in (("?", "a query"), ("#", "a fragment")):
+        if mark in path:
+            extra = path[path.index(mark):]
+            raise ValueError(f"store {url!r} has {what} ({extra!r}), which a sqlite: store "
+                             f"does not take: the URL names a file only ({_SQLITE_FORMS})")
+    if not path:
+        raise ValueError(f"store {url!r} names no file: {_SQLITE_FORMS}")
+    return path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,26 +86,6 @@ def unopenable(shown: str, path: str, reason: str) -> ConnectionError:
           or any(word in reason.lower() for word in ("permission", "read-only", "readonly"))):
         reason += " (a read-only location: the store writes the file and its folder)"
     return ConnectionError(f"cannot open the schedule store {shown} ({path!r}): {reason}")
-
-
-def check_format(value: object, shown: str) -> int | None:
-    """The format a store records (`value`, as read), checked: a newer one or one that is
-    not a number is refused.
-
-    Raises:
-        StoreFormatError: naming both formats, or the value read.
-    """
-    if value is None:
-        return None
-    if not re.fullmatch(r"[0-9]{1,9}", str(value)):
-        raise StoreFormatError(f"{shown} records store format {str(value)!r:.40}, not a "
-                               "number: it is no store this code can read")
-    version = int(str(value))
-    if version > FORMAT_VERSION:
-        raise StoreFormatError(
-            f"{shown} was written by store format {version}; this version of executors "
-            f"reads format {FORMAT_VERSION} and older: upgrade executors")
-    return version
 
 
 def connect_read_only(path: str, timeout: float, columns: frozenset[str]
@@ -143,7 +156,6 @@ def open_file(path: str, shown: str, *, create: bool, timeout: float) -> Found:
         raise StoreFormatError(f"{shown} is not a SQLite database ({exc})") from None
     found = Found(len(tables) == len(_TABLES), check_format(value, shown), columns)
     if not create and not found.is_store:
-        raise StoreFormatError(f"{shown} is a SQLite database but not a schedule store (no "
-                               f"{' or '.join(sorted(set(_TABLES) - tables))} table): "
-                               "refused, nothing written")
+        raise no_store(shown, f"a SQLite database but no "
+                              f"{' or '.join(sorted(set(_TABLES) - tables))} table")
     return found

@@ -1,6 +1,6 @@
 """The schedule store kept in this process's memory (``memory:``, a test's store object).
 
-The contract every store keeps is `executors._service.store.ScheduleStore`; this one holds the
+The contract every store keeps is `executors.stores.ScheduleStore`; this one holds the
 records in a dict under a lock, with this process's wall clock (or a test clock) as the
 store's clock.
 """
@@ -14,8 +14,8 @@ import uuid
 from collections.abc import Callable
 from typing import final
 
-from .claimable import Claimable
-from .store import (
+from ._claimable import Claimable
+from ._records import (
     UTC,
     Claim,
     Declared,
@@ -23,15 +23,9 @@ from .store import (
     Planner,
     ScheduleDefinition,
     ScheduleRecord,
-    earliest_due,
-    finish_record,
-    given_back,
-    holds,
-    new_record,
-    redeclared,
-    settle_claim,
-    unchanged,
 )
+from ._shared import Step, changing, declaration, finishing, giving_back, rewrite
+from ._transitions import earliest_due, holds, settle_claim
 
 __all__ = ("MemoryStore",)
 
@@ -58,16 +52,11 @@ class MemoryStore:
 
     def declare(self, definition: ScheduleDefinition,
                 first_fire: Callable[[dt.datetime], dt.datetime | None]) -> Declared:
-        digest = definition.digest()
         with self._lock:
             old = self._records.get(definition.name)
-            if old is not None and unchanged(old, definition, digest):
-                return Declared(old, "unchanged")
-            next_fire = first_fire(self.now())
-            record = new_record(definition, next_fire) if old is None else \
-                redeclared(old, definition, next_fire)
-            self._records[definition.name] = record
-            return Declared(record, "added" if old is None else "changed")
+            declared = declaration(definition, old, lambda: first_fire(self.now()))
+            self._records[definition.name] = declared.record
+            return declared
 
     def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
               on_crash: Callable[[ScheduleRecord], OnCrash],
@@ -116,35 +105,24 @@ class MemoryStore:
             return True
 
     def complete(self, claim: Claim, result: str) -> bool:
-        with self._lock:
-            record = self._records.get(claim.name)
-            if not holds(record, claim):
-                return False
-            self._records[claim.name] = finish_record(record, result)
-            return True
+        return self._rewrite(claim.name, finishing(claim, result))
 
     def give_back(self, claim: Claim) -> bool:
-        with self._lock:
-            record = self._records.get(claim.name)
-            if not holds(record, claim):
-                return False
-            self._records[claim.name] = given_back(record, claim, self.now())
-            return True
+        return self._rewrite(claim.name, giving_back(claim, self.now()))
 
     def set_paused(self, name: str, paused: bool) -> bool:
-        return self._update(name, paused=paused)
+        return self._rewrite(name, changing(paused=paused))
 
     def set_next_fire(self, name: str, next_fire: dt.datetime | None) -> bool:
-        return self._update(name, next_fire=next_fire)
+        return self._rewrite(name, changing(next_fire=next_fire))
 
-    def _update(self, name: str, **changes: object) -> bool:
-        with self._lock:
-            record = self._records.get(name)
-            if record is None:
-                return False
-            self._records[name] = dataclasses.replace(record, version=record.version + 1,
-                                                      **changes)  # type: ignore[arg-type]
-            return True
+    def _rewrite(self, name: str, step: Step) -> bool:
+        with self._lock:  # nothing writes between the read and the write: it cannot lose
+            return rewrite(lambda: self._records.get(name), step, self._replace)
+
+    def _replace(self, old: ScheduleRecord, new: ScheduleRecord) -> bool:
+        self._records[new.name] = new
+        return True
 
     def remove(self, name: str) -> bool:
         with self._lock:

@@ -1,0 +1,207 @@
+"""What the stores share (`executors.stores`): the format check, the per-thread connection,
+the read and conditional write of one record, a declaration's outcome, and how the service
+asks a store for an optional capability (`offered`)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import itertools
+import re
+import threading
+from typing import Any
+
+import pytest
+from helpers.forking import in_forked_child
+
+from executors.stores import (
+    BACKENDS,
+    FORMAT_VERSION,
+    UTC,
+    MemoryStore,
+    ScheduleDefinition,
+    ScheduleRecord,
+    SQLiteScheduleStore,
+    StoreFormatError,
+    SupportsChangedSince,
+    SupportsCompleteAndClaim,
+    SupportsCompleteMany,
+    SupportsWatch,
+    ThreadConnections,
+    changing,
+    check_format,
+    declaration,
+    new_record,
+    no_store,
+    offered,
+    rewrite,
+    watch_thread,
+)
+
+NOON = dt.datetime(2026, 1, 1, 12, tzinfo=UTC)
+
+
+def definition(period: float = 1.0) -> ScheduleDefinition:
+    return ScheduleDefinition("job", {"type": "interval", "seconds": period}, "m:f")
+
+
+@pytest.mark.parametrize("value, expected", [(None, None), ("1", 1), (1, 1), ("0", 0)])
+def test_check_format_reads_a_format_this_code_can_read(value: object,
+                                                        expected: int | None) -> None:
+    """A recorded format (a number, or its text as SQL stores it) up to `FORMAT_VERSION` is
+    read as a number; none recorded reads None."""
+    assert check_format(value, "x:") == expected
+
+
+@pytest.mark.parametrize("value, message", [
+    (FORMAT_VERSION + 1, f"was written by store format {FORMAT_VERSION + 1}; this version"),
+    ("new", "records store format 'new', not a number"),
+    ("1.5", "records store format '1.5', not a number"),
+    (True, "records store format 'True', not a number"),
+])
+def test_check_format_refuses_a_newer_format_or_one_that_is_not_a_number(
+        value: object, message: str) -> None:
+    """A newer format, or one that is not a whole number (a bool included: MongoDB could hold
+    one), is a `StoreFormatError` naming the store and the value."""
+    with pytest.raises(StoreFormatError, match="^shown " + re.escape(message)):
+        check_format(value, "shown")
+
+
+def test_no_store_names_the_store_and_what_is_missing() -> None:
+    """The error of ``create=False`` where there is no store says where, what is missing,
+    and that nothing was written."""
+    error = no_store("sqlite:///x.db", "no executors_meta table")
+    assert isinstance(error, StoreFormatError)
+    assert str(error) == ("sqlite:///x.db holds no schedule store (no executors_meta table): "
+                          "refused, nothing written")
+
+
+def test_thread_connections_gives_each_thread_its_own_and_keeps_them_all() -> None:
+    """One connection per thread, the same on every call from that thread; `all` lists every
+    one made and `take_all` hands them over once."""
+    made = itertools.count()
+    conns: ThreadConnections[int] = ThreadConnections(lambda: next(made))
+    mine = conns.get()
+    assert conns.get() == mine
+    other: list[int] = []
+    thread = threading.Thread(target=lambda: other.append(conns.get()))
+    thread.start()
+    thread.join()
+    assert other != [mine] and sorted(conns.all()) == sorted([mine, *other])
+    assert sorted(conns.take_all()) == sorted([mine, *other]) and conns.all() == []
+
+
+def test_thread_connections_opens_a_new_one_after_a_fork_or_when_closed() -> None:
+    """A forked child never uses its parent's connection (a new one, `fresh` run for it);
+    a connection found closed is replaced."""
+    made = itertools.count()
+    closed: set[int] = set()
+    fresh: list[int] = []
+    conns: ThreadConnections[int] = ThreadConnections(
+        lambda: next(made), closed=closed.__contains__,
+        fresh=lambda local: fresh.append(local.conn))
+    parent = conns.get()
+    assert in_forked_child(conns.get) != parent
+    assert conns.get() == parent and fresh == [parent]
+    closed.add(parent)
+    assert conns.get() not in (parent, None) and len(fresh) == 2
+
+
+def test_rewrite_reads_again_until_its_conditional_write_wins() -> None:
+    """A write that lost (another writer changed the record since the read) is read and
+    applied again; a step that writes nothing answers False with nothing written."""
+    stored = [new_record(definition(), NOON)]
+    reads = writes = 0
+
+    def read() -> ScheduleRecord | None:
+        nonlocal reads
+        reads += 1
+        return stored[0]
+
+    def write(old: ScheduleRecord, new: ScheduleRecord) -> bool:
+        nonlocal writes
+        writes += 1
+        if writes == 1:  # another writer got there first
+            stored[0] = changing(paused=False)(stored[0]) or stored[0]
+            return False
+        if stored[0].version != old.version:
+            return False
+        stored[0] = new
+        return True
+
+    assert rewrite(read, changing(paused=True), write)
+    assert (reads, writes) == (2, 2) and stored[0].paused and stored[0].version == 3
+    assert not rewrite(lambda: None, changing(paused=True), write) and writes == 2
+
+
+def test_declaration_says_what_to_write_and_asks_the_clock_only_when_needed() -> None:
+    """Added, unchanged (the stored record, no clock read), changed (the old state, the next
+    version) and replaced (above the unreadable record's version)."""
+    asked: list[int] = []
+
+    def first_fire() -> dt.datetime:
+        asked.append(1)
+        return NOON
+
+    added = declaration(definition(), None, first_fire)
+    assert added.outcome == "added" and added.record.version == 1 and len(asked) == 1
+    same = declaration(definition(), added.record, first_fire)
+    assert same.outcome == "unchanged" and same.record is added.record and len(asked) == 1
+    changed = declaration(definition(2.0), added.record, first_fire)
+    assert changed.outcome == "changed" and changed.record.version == 2
+    replaced = declaration(definition(), None, first_fire, unreadable="bad", stored_version=7)
+    assert (replaced.outcome, replaced.unreadable, replaced.record.version) == (
+        "replaced", "bad", 8)
+
+
+class Forwarding:
+    """A wrapper that forwards every attribute to its store (as the service's does)."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_offered_checks_the_store_and_answers_with_the_wrapper(tmp_path: Any) -> None:
+    """A capability the store has is answered with the object to call it through (the
+    wrapper, when one is given); one it lacks is None."""
+    sqlite = SQLiteScheduleStore(str(tmp_path / "jobs.db"))
+    try:
+        via = Forwarding(sqlite)
+        assert offered(sqlite, SupportsCompleteMany, via) is via
+        assert offered(sqlite, SupportsCompleteAndClaim) is sqlite
+        assert offered(sqlite, SupportsChangedSince) is sqlite
+        assert offered(sqlite, SupportsWatch, via) is None
+        assert offered(MemoryStore(), SupportsCompleteMany) is None
+    finally:
+        sqlite.close()
+
+
+class Unwatch:
+    """A watch's stop function that names its thread, as PostgreSQL's listener does."""
+
+    def __init__(self, thread: threading.Thread) -> None:
+        self.thread = thread
+
+    def __call__(self) -> None:
+        pass
+
+
+def test_watch_thread_is_the_thread_a_stop_function_names() -> None:
+    """The service learns a watch's thread from a `WatchingThread`; a plain stop function
+    (MongoDB's) names none."""
+    thread = threading.Thread(target=lambda: None)
+    assert watch_thread(Unwatch(thread)) is thread
+    assert watch_thread(lambda: None) is None
+
+
+@pytest.mark.parametrize("scheme", sorted(BACKENDS))
+def test_every_scheme_names_a_store_class_its_module_holds(scheme: str) -> None:
+    """The scheme table is data a reader can check: each entry's module imports (its driver
+    installed) and holds the store class it names."""
+    backend = BACKENDS[scheme]
+    module = importlib.import_module(backend.module)
+    assert isinstance(getattr(module, backend.attribute), type)
+    assert backend.extra in (None, "mongo", "postgres")
