@@ -697,7 +697,7 @@ class BackgroundService:
             started = scheduler.started
             if stored is not None:
                 assert self._store is not None
-                job._stored = StoredLink(self._store, stored)
+                job._serve_from(StoredLink(self._store, stored))
             else:
                 if ScheduleAdded in scheduler.events.wanted:
                     scheduler.events.emit(ScheduleAdded(name, job._describe()))

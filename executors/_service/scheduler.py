@@ -36,7 +36,13 @@ from executors._clock import Clock, SystemClock
 from executors.periodic import ForkPolicy
 
 from . import wallclock
-from .events import Events, ScheduleRemoved
+from .events import (
+    Events,
+    ScheduleChanged,
+    SchedulePaused,
+    ScheduleRemoved,
+    ScheduleResumed,
+)
 from .job import JobSlot
 
 if TYPE_CHECKING:
@@ -154,14 +160,17 @@ class Scheduler:
             self.nudge_posted = True
             self.messages.put(Signal.NUDGE)
 
-    def request_wake(self, slot: JobSlot) -> None:
+    # -- the control protocol of a shared job (`JobServer`: `Job`'s control methods) --------
+
+    def wake(self, slot: JobSlot) -> None:
         slot.wake_requested = True
         if not slot.wake_posted:  # cleared by the scheduler before it reads wake_requested
             slot.wake_posted = True
             self.post(Wake(slot))
 
-    def request_cancel(self, slot: JobSlot) -> None:
-        self.post(Cancel(slot))
+    def cancel(self, slot: JobSlot, first: bool) -> None:
+        if first:  # one message per job: the queue stays bounded
+            self.post(Cancel(slot))
 
     def close(self) -> None:
         self.closing = True
@@ -206,13 +215,22 @@ class Scheduler:
         self.wall_slots.add(slot)
         self.schedule(slot, due, now, jitter=False)
 
-    def unschedule(self, slot: JobSlot) -> None:
+    def pause(self, slot: JobSlot, first: bool) -> None:
         """Drop the job's heap entry (a pause): the stale entry is skipped when it surfaces."""
         with self.lock:
             slot.token += 1
             slot.due = None
+        events = self.events
+        if first and SchedulePaused in events.wanted:
+            events.emit(SchedulePaused(slot.job._name))
 
-    def resumed(self, slot: JobSlot) -> int:
+    def resume(self, slot: JobSlot, was_paused: bool) -> None:
+        if was_paused:
+            skipped = self._resumed(slot)
+            if ScheduleResumed in self.events.wanted:
+                self.events.emit(ScheduleResumed(slot.job._name, skipped))
+
+    def _resumed(self, slot: JobSlot) -> int:
         """A paused job resumed: due at once if a run fell due meanwhile, else when due (a
         wall-clock job: at its next fire time after now). Returns the fire times skipped."""
         job = slot.job
@@ -235,7 +253,13 @@ class Scheduler:
         self.nudge()
         return skipped
 
-    def rescheduled(self, slot: JobSlot, trigger: TriggerLike) -> None:
+    def reschedule(self, slot: JobSlot, trigger: TriggerLike) -> None:
+        self._rescheduled(slot, trigger)
+        events = self.events
+        if ScheduleChanged in events.wanted:
+            events.emit(ScheduleChanged(slot.job._name, slot.job._describe()))
+
+    def _rescheduled(self, slot: JobSlot, trigger: TriggerLike) -> None:
         """A wall-clock job's new trigger: its next fire time is the first after now and after
         the last one handled (never earlier: nothing runs twice)."""
         job = slot.job
@@ -259,7 +283,7 @@ class Scheduler:
             if state.fire is None:
                 wallclock.finished(self, slot)
                 return
-            job._finished = False
+            job._set_flags(finished=False)
             if not self.wall_slots:
                 self.watch.reset(now)
             self.wall_slots.add(slot)
@@ -383,7 +407,7 @@ class Scheduler:
             self.nudge_posted = False
         elif type(message) is Wake:
             slot = message.slot
-            slot.wake_posted = False  # before reading wake_requested: see request_wake
+            slot.wake_posted = False  # before reading wake_requested: see wake
             with self.lock:
                 if not slot.wake_requested or slot.due is None or slot.running:
                     return  # served already, or served when the run in progress ends

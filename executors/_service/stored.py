@@ -331,7 +331,7 @@ class StoreLoop:
             self.relist.add(name)
             self.touched.pop(name, None)
         if job is not None:
-            job._cancelled = True
+            job._set_flags(cancelled=True)
             with self.scheduler.lock:
                 if self.scheduler.jobs.get(name) is job:
                     del self.scheduler.jobs[name]
@@ -426,8 +426,9 @@ class StoreLoop:
             elif action == "resume":
                 _, skipped = resume_record(store, name)
                 job = self.jobs.get(name)
-                if skipped and job is not None and job._wall is not None:
-                    job._wall.paused_skipped += skipped
+                wall = None if job is None else job._wall
+                if skipped and wall is not None:
+                    wall.paused_skipped += skipped
             elif action == "run-now":
                 store.set_next_fire(name, store.now())
             elif action == "remove":

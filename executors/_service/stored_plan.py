@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, final
 from executors import _search_budget
 from executors.triggers import AllOf
 
-from .events import RunMissed
 from .schedule_data import trigger_of
 from .store import Plan, ScheduleRecord, ScheduleStore
 from .stored_failing import failed, succeeded
 from .stored_trust import declaration
 from .wallclock import WALK_BOUND, decide
+from .wallclock import announce_missed as announce
 
 if TYPE_CHECKING:
     from .stored import StoreLoop
@@ -119,6 +119,7 @@ def plan(loop: StoreLoop, record: ScheduleRecord, now: dt.datetime) -> Plan | No
             if walked:
                 # A later claim of an "all" walk: the group was judged when it was announced
                 # (its latest fire time may be within UNWATCHED_AFTER of now by this claim).
+                assert announced is not None
                 unwatched = None if announced[1] is None else ("stopped", announced[1])
             elif at - first.timestamp() > UNWATCHED_AFTER:
                 unwatched = ("stopped", at)
@@ -178,19 +179,10 @@ class LoopPlanner:
 def announce_missed(loop: StoreLoop, name: str, decision: Decision | None) -> None:
     if decision is None:
         return
-    missed, ran, first, last, reason, policy, truncated = decision
-    logger.warning("schedule %r missed %s%d fire time(s) from %s to %s (%s); missed=%r "
-                   "ran %d of them", name, "at least " if truncated else "", missed,
-                   first.isoformat(), last.isoformat(), reason, policy, ran)
     job = loop.jobs.get(name)
-    if job is not None and job._wall is not None:
-        job._wall.missed_count += missed
-        job._wall.missed_run += ran
-        job._wall.last_reason = reason
-    events = loop.scheduler.events
-    if RunMissed in events.wanted:
-        events.emit(RunMissed(name, missed, ran, first, last, reason, policy,
-                              truncated))
+    missed, ran, first, last, reason, policy, truncated = decision
+    announce(loop.scheduler.events, "schedule", name, None if job is None else job._wall,
+             missed, ran, first, last, reason, policy, truncated)
 
 
 def resume_record(store: ScheduleStore, name: str) -> tuple[bool, int]:

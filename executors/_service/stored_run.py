@@ -14,14 +14,14 @@ import dataclasses
 import functools
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal, final
+from typing import TYPE_CHECKING, final
 
 from .run_info import RunInfo
 from .schedule_data import resolve_target, trigger_of
 from .stored_trust import give_back
 
 if TYPE_CHECKING:
-    from .job import Job
+    from .job import Job, JobSlot
     from .store import Claim, ScheduleDefinition
     from .stored import StoreLoop
     from .wallclock import TriggerLike
@@ -41,17 +41,35 @@ class StoredLink:
         self.loop = loop
         self.definition = definition
 
-    def control(self, job: Job, action: Literal["pause", "resume", "run-now", "remove"]
-                ) -> None:
-        """A lock-free put: the store loop performs it (cancel is destructor-safe)."""
-        self.loop.post(("control", job._name, action))
+    # The control protocol (`JobServer`): lock-free puts the store loop performs (cancel is
+    # destructor-safe). The job's flags are only a copy: the store decides, and the store
+    # loop announces what it did (no event here).
 
-    def reschedule(self, job: Job, trigger: TriggerLike) -> None:
+    def wake(self, slot: JobSlot) -> None:
+        self.loop.post(("control", slot.job._name, "run-now"))
+
+    def cancel(self, slot: JobSlot, first: bool) -> None:
+        if first:
+            self.loop.post(("control", slot.job._name, "remove"))
+
+    def pause(self, slot: JobSlot, first: bool) -> None:
+        self.loop.post(("control", slot.job._name, "pause"))
+
+    def resume(self, slot: JobSlot, was_paused: bool) -> None:
+        # Even if the copy says "not paused": a status read from before a pause may reset it.
+        self.loop.post(("control", slot.job._name, "resume"))
+
+    def interval_changed(self, slot: JobSlot) -> None:
+        raise AssertionError("a stored schedule has a trigger, not an interval")
+
+    def reschedule(self, slot: JobSlot, trigger: TriggerLike) -> None:
         """Declare the schedule again with the new trigger (a changed definition)."""
         definition = dataclasses.replace(self.definition, trigger=trigger.to_data())
         self.definition = definition
-        assert job._wall is not None
-        job._wall.trigger = trigger
+        job = slot.job
+        wall = job._wall
+        assert wall is not None
+        wall.trigger = trigger
         self.loop.declare(definition, job)
 
 
@@ -90,14 +108,15 @@ def run_claim(loop: StoreLoop, claim: Claim) -> None:
     # Lateness against the store's clock (the offset measured at the latest read).
     lateness = clock.time() + loop.offset - claim.fire_time.timestamp()
     call = functools.partial(fn, *definition.args, **definition.kwargs)
-    if job._wall is not None:
-        job._wall.last_fire = claim.fire_time
+    wall = job._wall
+    if wall is not None:
+        wall.last_fire = claim.fire_time
     failed, _ = job._run_once(start, start - max(0.0, lateness), monotonic,
                               RunInfo(claim.name, claim.fire_time, claim.attempt), call)
     result = "ok" if not failed else f"error: {job._last_error}"[:500]
     loop.complete(claim, result)
     if failed and definition.options.get("on_error") == "stop":
-        job._stopped = True
+        job._set_flags(stopped=True)
         loop.post(("control", claim.name, "pause"))
 
 
@@ -110,7 +129,7 @@ def _undeclared_job(loop: StoreLoop, name: str, fn: Callable[..., object],
     wall = WallState(trigger, "latest", 100, None, None)
     job = Job(NO_PUBLIC_CONSTRUCTOR, loop.scheduler, fn, (), name, float("inf"), 0.0, 0.0,
               0.0, "continue", "skip", 0.0, False, "", wall)
-    job._stored = StoredLink(loop, definition)
+    job._serve_from(StoredLink(loop, definition))
     return job
 
 

@@ -188,4 +188,4 @@ def refresh_job(job: Job, record: ScheduleRecord) -> None:
     if wall is not None:
         wall.set_fire(record.next_fire)
         wall.last_fire = record.last_fire
-    job._paused = record.paused
+    job._set_flags(paused=record.paused)

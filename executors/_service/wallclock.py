@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, final
 
 from executors import _validate
 
-from .events import ClockChanged, RunMissed, ScheduleRemoved
+from .events import ClockChanged, Events, RunMissed, ScheduleRemoved
 from .run_info import RunInfo
 
 if TYPE_CHECKING:
@@ -68,6 +68,7 @@ __all__ = (
     "TriggerLike",
     "WallOnError",
     "WallState",
+    "announce_missed",
     "check_trigger",
     "decide",
     "finished",
@@ -467,7 +468,7 @@ def run_due(sched: Scheduler, slot: JobSlot) -> tuple[float, float | None]:
         return end, None
     wall_end = clock.time()
     if ran and nxt_ts < wall_end:
-        job._overruns += 1  # the run ended after the next fire time
+        job._overran()  # the run ended after the next fire time
     return end, end + (nxt_ts - wall_end)
 
 
@@ -483,8 +484,8 @@ def _run_group(sched: Scheduler, job: Job, state: WallState, wall: float,
     d = decide(state.trigger, first, nxt, wall, state.missed, state.max_missed, state.grace,
                unwatched)
     if d.missed:
-        _count_missed(sched, job, state, d.missed, d.ran, first, d.last_missed, d.reason,
-                      d.truncated)
+        announce_missed(sched.events, "job", job._name, state, d.missed, d.ran, first,
+                        d.last_missed, d.reason, state.missed, d.truncated)
     state.handled = last = d.last
     clock = sched.clock
     monotonic = sched.monotonic
@@ -498,26 +499,26 @@ def _run_group(sched: Scheduler, job: Job, state: WallState, wall: float,
     return last, d.next_fire, bool(d.runs)
 
 
-def _count_missed(sched: Scheduler, job: Job, state: WallState, missed: int, ran: int,
-                  first: datetime.datetime, last: datetime.datetime, reason: str,
-                  truncated: bool) -> None:
-    state.missed_count += missed
-    state.missed_run += ran
-    state.last_reason = reason
-    logger.warning("job %r missed %s%d fire time(s) from %s to %s (%s); missed=%r ran %d of them",
-                   job._name, "at least " if truncated else "", missed, first.isoformat(),
-                   last.isoformat(), reason, state.missed, ran)
-    events = sched.events
+def announce_missed(events: Events, kind: str, name: str, state: WallState | None,
+                    missed: int, ran: int, first: datetime.datetime, last: datetime.datetime,
+                    reason: str, policy: str, truncated: bool) -> None:
+    """The one missed-run announcement, of memory jobs and stored schedules alike: the job's
+    counts (`state`, None for a schedule no job of this service declares), the log line
+    (`kind` says "job" or "schedule") and `RunMissed`."""
+    if state is not None:
+        state.missed_count += missed
+        state.missed_run += ran
+        state.last_reason = reason
+    logger.warning("%s %r missed %s%d fire time(s) from %s to %s (%s); missed=%r ran %d of them",
+                   kind, name, "at least " if truncated else "", missed, first.isoformat(),
+                   last.isoformat(), reason, policy, ran)
     if RunMissed in events.wanted:
-        events.emit(RunMissed(job._name, missed, ran, first, last, reason, state.missed,
-                              truncated))
+        events.emit(RunMissed(name, missed, ran, first, last, reason, policy, truncated))
 
 
 def _trigger_failed(job: Job, exc: Exception, mono: float) -> tuple[float, None]:
     """A trigger raised (or went backwards): stop the job, as ``on_error="stop"`` would."""
-    job._errors += 1
-    job._stopped = True
-    job._last_error = f"{type(exc).__name__}: {exc}"
+    job._trigger_failed(exc)
     logger.error("job %r: its trigger failed; stopping it", job._name, exc_info=exc)
     return mono, None
 
@@ -531,6 +532,6 @@ def finished(sched: Scheduler, slot: JobSlot) -> None:
     sched.wall_slots.discard(slot)
     if job._stopped or job._cancelled:
         return  # "failed" or "cancelled" says it already
-    job._finished = True
+    job._set_flags(finished=True)
     if ScheduleRemoved in sched.events.wanted:
         sched.events.emit(ScheduleRemoved(job._name, "finished"))
