@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, final
 from executors import _validate
 from executors.periodic import PeriodicExecutor
 
+from .context import ServiceContext
 from .events import (
     RunFailed,
     RunFinished,
@@ -32,11 +33,10 @@ from .run_info import EveryRun, RunInfo, enter_run, resolve
 from .wallclock import check_trigger
 
 if TYPE_CHECKING:
-    from .scheduler import Scheduler
     from .stored_run import StoredLink
     from .wallclock import TriggerLike, WallState
 
-__all__ = ("Job", "JobServer", "JobSlot", "JobStatistics", "OnError", "Overrun",
+__all__ = ("Job", "JobServer", "JobSlot", "JobStatistics", "OnError", "Overrun", "ServiceHost",
            "job_interval")
 
 logger = logging.getLogger("executors.service")
@@ -116,6 +116,7 @@ class Job:
         "_backoff_max",
         "_cancelled",
         "_consecutive_errors",
+        "_context",
         "_dedicated",
         "_delay",
         "_errors",
@@ -136,7 +137,6 @@ class Job:
         "_overruns",
         "_paused",
         "_runs",
-        "_scheduler",
         "_server",
         "_skipped",
         "_slot",
@@ -146,7 +146,7 @@ class Job:
         "_wall",
     )
 
-    def __init__(self, key: object, scheduler: Scheduler, fn: Callable[..., object],
+    def __init__(self, key: object, host: ServiceHost, fn: Callable[..., object],
                  args: tuple[object, ...], name: str, interval: float, min_interval: float,
                  jitter: float, delay: float, on_error: OnError, overrun: Overrun,
                  backoff_max: float, dedicated: bool, executor_name: str = "",
@@ -160,8 +160,8 @@ class Job:
         # A schedule kept in a store: its control methods go to the store (see stored.py).
         self._stored: StoredLink | None = None
         # Whoever serves the control methods (see `JobServer`): one call, no branching.
-        self._server: JobServer = scheduler
-        self._scheduler = scheduler
+        self._server: JobServer = host
+        self._context: ServiceContext = host
         self._slot = JobSlot(self)
         self._fn = fn
         self._args = args
@@ -178,8 +178,8 @@ class Job:
         if dedicated:
             self._executor = PeriodicExecutor(
                 interval, min_interval, self._dedicated_target, name=executor_name,
-                clock=scheduler.clock, fork_policy=scheduler.fork_policy)
-            self._server = _OwnThread(self._executor, scheduler)
+                clock=host.clock, fork_policy=host.fork_policy)
+            self._server = _OwnThread(self._executor, host)
         # Control flags, written by this job's own methods (lock-free stores).
         self._paused = False
         self._cancelled = False
@@ -259,7 +259,7 @@ class Job:
         # A run in progress reads the new interval when it ends.
         self._interval = seconds
         self._server.interval_changed(self._slot)
-        events = self._scheduler.events
+        events = self._context.events
         if ScheduleChanged in events.wanted:
             events.emit(ScheduleChanged(self._name, self._describe()))
 
@@ -354,7 +354,7 @@ class Job:
         if self._finished:
             return "finished"
         executing = self._slot.executing
-        scheduler = self._scheduler
+        scheduler = self._context
         if scheduler.closing:
             # A run queued behind a busy pool never starts once closing: it is dropped.
             return "running" if executing else "closed"
@@ -367,7 +367,7 @@ class Job:
 
     def statistics(self) -> JobStatistics:
         """A snapshot (read without a lock: counters only grow, times may be a run apart)."""
-        now = self._scheduler.clock.monotonic()
+        now = self._context.clock.monotonic()
         executor = self._executor
         state = self._state()
         if executor is not None:
@@ -445,7 +445,7 @@ class Job:
         self._last_lateness = lateness
         if lateness > self._max_lateness:
             self._max_lateness = lateness
-        scheduler = self._scheduler
+        scheduler = self._context
         info: RunInfo | EveryRun[Any] = run if run is not None else [
             self._name, start if due is None else due, scheduler.clock, None]
         # A subscriber gets a run's events if it was subscribed when the run started.
@@ -522,7 +522,7 @@ class Job:
         if self._cancelled or self._paused:
             return False
         executor = self._executor
-        monotonic = self._scheduler.clock.monotonic
+        monotonic = self._context.clock.monotonic
         # The executor's next_run_at still holds the due time this run was started for (None
         # for the first run after open(), which is due at once), and last_run_started the
         # start it schedules the next run from: report that one, not a later clock read.
@@ -559,6 +559,10 @@ class JobServer(Protocol):
     def reschedule(self, slot: JobSlot, trigger: TriggerLike) -> None: ...
 
 
+class ServiceHost(ServiceContext, JobServer, Protocol):
+    """What a job is made with: its service's context, which serves shared jobs too."""
+
+
 @final
 class _OwnThread:
     """Serves a dedicated job: its `PeriodicExecutor` runs it; the scheduler hears of its end
@@ -566,7 +570,7 @@ class _OwnThread:
 
     __slots__ = ("executor", "scheduler")
 
-    def __init__(self, executor: PeriodicExecutor, scheduler: Scheduler) -> None:
+    def __init__(self, executor: PeriodicExecutor, scheduler: ServiceHost) -> None:
         self.executor = executor
         self.scheduler = scheduler
 

@@ -8,9 +8,10 @@ ones itself. Everything else talks to it by a message in its queue, lock-free:
 - `Wake(slot)` and `Cancel(slot)`: a job's `wake()` and `cancel()` (destructor-safe: a put).
 
 Wall-clock jobs (``schedule()``, ``cron()``) sit on the same heap, at the monotonic deadline of
-their next fire time; `executors._service.wallclock` computes those deadlines, watches the
-clocks for jumps at each wake-up and handles missed fire times. The loop pays for it only
-while such jobs exist (`wall_slots`).
+their next fire time; the scheduler's `WallSlots` (`executors._service.wall_slots`) computes
+those deadlines, watches the clocks for jumps at each wake-up and handles missed fire times,
+by the pure policy of `executors._service.wallclock`. The loop pays for it only while such
+jobs exist (`WallSlots.slots`).
 
 The queue stays bounded whatever the load: a job has at most one `Wake` queued (its slot's
 `wake_posted` flag) and one `Cancel` (a job is cancelled once), and nudges coalesce into one
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import heapq
 import itertools
 import queue
@@ -44,6 +46,7 @@ from .events import (
     ScheduleResumed,
 )
 from .job import JobSlot
+from .wall_slots import WallSlots
 
 if TYPE_CHECKING:
     from .job import Job
@@ -107,8 +110,7 @@ class Scheduler:
         self.events = Events(name, self.producers)
         # Wall-clock jobs not cancelled or finished (under the lock): while there is one, the
         # loop watches the clocks and sleeps at most wallclock.MAX_SLEEP.
-        self.wall_slots: set[JobSlot] = set()
-        self.watch = wallclock.ClockWatch(clock)
+        self.wall = WallSlots(self)
         # Called on the first control message after a fork (fork_policy="lazy").
         self.restart: Callable[[], None] = lambda: None
         self.reset()
@@ -206,13 +208,11 @@ class Scheduler:
             self.schedule(job._slot, now + job._delay, now)
             return
         slot = job._slot
-        due = wallclock.first_due(self, job, now)
+        due = self.wall.first_due(job, now)
         if due is None:
-            wallclock.finished(self, slot)
+            self.wall.finished(slot)
             return
-        if not self.wall_slots:
-            self.watch.reset(now)  # the first wall-clock job: the drifts start from here
-        self.wall_slots.add(slot)
+        self.wall.add(slot, now)
         self.schedule(slot, due, now, jitter=False)
 
     def pause(self, slot: JobSlot, first: bool) -> None:
@@ -241,9 +241,9 @@ class Scheduler:
                 return 0
             now = self.clock.monotonic()
             if job._wall is not None:
-                nominal, skipped = wallclock.resume(self, slot, now)
+                nominal, skipped = self.wall.resume(slot, now)
                 if nominal is None:
-                    wallclock.finished(self, slot)
+                    self.wall.finished(slot)
                     return skipped
                 self.schedule(slot, nominal, now, jitter=False)
             else:
@@ -281,12 +281,10 @@ class Scheduler:
                 return
             now = self.clock.monotonic()
             if state.fire is None:
-                wallclock.finished(self, slot)
+                self.wall.finished(slot)
                 return
             job._set_flags(finished=False)
-            if not self.wall_slots:
-                self.watch.reset(now)
-            self.wall_slots.add(slot)
+            self.wall.add(slot, now)
             self.schedule(slot, now + (state.fire_ts - wall), now, jitter=False)
         self.nudge()
 
@@ -321,8 +319,8 @@ class Scheduler:
         pool = self.pool
         assert pool is not None
         put_work = pool.put
-        wall_slots = self.wall_slots
-        watch = self.watch
+        wall_slots = self.wall.slots
+        watch = self.wall.watch
         me = threading.current_thread()
         message: object = None
         while True:
@@ -342,7 +340,8 @@ class Scheduler:
                 # Wall-clock schedules: a step or a suspend moves their deadlines.
                 change = watch.check(now)
                 if change is not None:
-                    wallclock.recompute(self, now, change)
+                    self.wall.recompute(now, change,
+                                        functools.partial(self.schedule, jitter=False))
             due_slots: list[JobSlot] = []
             inline_slots: list[JobSlot] = []
             with lock:
@@ -424,7 +423,7 @@ class Scheduler:
             with self.lock:
                 slot.token += 1
                 slot.due = None
-                self.wall_slots.discard(slot)
+                self.wall.slots.discard(slot)
                 if self.jobs.get(job._name) is job:
                     del self.jobs[job._name]
             if ScheduleRemoved in self.events.wanted:
@@ -454,7 +453,7 @@ class Scheduler:
         if job._wall is None:
             _, end = job._run_once(start, slot.due if slot.due is not None else due, monotonic)
         else:
-            end, wall_next = wallclock.run_due(self, slot)
+            end, wall_next = self.wall.run_due(slot)
         # Adaptive placement: a job whose pool run was shorter than inline_below runs on the
         # scheduler thread from then on (one thread wake-up per run instead of two); one that
         # is slow there goes back to the pool for good, so a job can stall the scheduler at
@@ -475,7 +474,7 @@ class Scheduler:
             nudge = self.lockstep and not self.in_flight and not inline
             slot.last_nominal = due
             if job._wall is not None and (wall_next is None or job._stopped):
-                wallclock.finished(self, slot)
+                self.wall.finished(slot)
             elif not (job._cancelled or job._paused or job._stopped or self.closing):
                 if wall_next is None:
                     self.schedule(slot, job._next_nominal(due, start, end), end)

@@ -187,7 +187,7 @@ def announce_missed(loop: StoreLoop, name: str, decision: Decision | None) -> No
 
 def resume_record(store: ScheduleStore, name: str) -> tuple[bool, int]:
     """Resume the stored schedule `name`: the fire times that passed while it was paused are
-    skipped by intent, as in memory (`wallclock.resume`): not run, not missed; it runs at its
+    skipped by intent, as in memory (`WallSlots.resume`): not run, not missed; it runs at its
     next fire time after the store's now. ``(found, skipped)``; used by the service and by
     ``executors schedules resume``."""
     record = store.get(name)
