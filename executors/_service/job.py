@@ -33,11 +33,11 @@ from .run_info import EveryRun, RunInfo, enter_run, resolve
 from .wallclock import check_trigger
 
 if TYPE_CHECKING:
-    from .stored_run import StoredLink
+    from .store import ScheduleDefinition
     from .wallclock import TriggerLike, WallState
 
 __all__ = ("Job", "JobServer", "JobSlot", "JobStatistics", "OnError", "Overrun", "ServiceHost",
-           "job_interval")
+           "StoredServer", "job_interval")
 
 logger = logging.getLogger("executors.service")
 
@@ -158,7 +158,7 @@ class Job:
         # run of it is an "overrun" of an interval (its overruns are counted by fire times).
         self._wall = wall
         # A schedule kept in a store: its control methods go to the store (see stored.py).
-        self._stored: StoredLink | None = None
+        self._stored: StoredServer | None = None
         # Whoever serves the control methods (see `JobServer`): one call, no branching.
         self._server: JobServer = host
         self._context: ServiceContext = host
@@ -283,7 +283,7 @@ class Job:
 
     # -- for the service's parts (each writes the job's state through these) -----------------
 
-    def _serve_from(self, link: StoredLink) -> None:
+    def _serve_from(self, link: StoredServer) -> None:
         """A schedule kept in a store: its control methods go to the store loop."""
         self._stored = self._server = link
 
@@ -557,6 +557,13 @@ class JobServer(Protocol):
     def resume(self, slot: JobSlot, was_paused: bool) -> None: ...
     def interval_changed(self, slot: JobSlot) -> None: ...
     def reschedule(self, slot: JobSlot, trigger: TriggerLike) -> None: ...
+
+
+class StoredServer(JobServer, Protocol):
+    """The store loop serving a stored schedule's job (`stored_run.StoredLink`), with the
+    definition this process declared for it (replaced by `reschedule`)."""
+
+    definition: ScheduleDefinition
 
 
 class ServiceHost(ServiceContext, JobServer, Protocol):

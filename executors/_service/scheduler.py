@@ -31,7 +31,7 @@ import random
 import sys
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Protocol, final
 
 from executors import _threads, registry
 from executors._clock import Clock, SystemClock
@@ -51,10 +51,9 @@ from .wall_slots import WallSlots
 if TYPE_CHECKING:
     from .job import Job
     from .pool import Pool
-    from .stored import StoreLoop
     from .wallclock import TriggerLike
 
-__all__ = ("Cancel", "Scheduler", "Signal", "Wake", "shutting_down")
+__all__ = ("Cancel", "Producer", "Scheduler", "Signal", "Wake", "shutting_down")
 
 _INF = float("inf")
 
@@ -78,6 +77,12 @@ class Cancel:
     """`Job.cancel` of a shared job: drop it from the heap and from the service's jobs."""
 
     slot: JobSlot
+
+
+class Producer(Protocol):
+    """Another thread whose runs emit events (the store loop's): see `producers`."""
+
+    thread: threading.Thread | None
 
 
 @final
@@ -106,7 +111,7 @@ class Scheduler:
         self.job_runs = 0
         self.job_errors = 0
         self.pool: Pool | None = None  # set by the service before start
-        self.store_loop: StoreLoop | None = None  # set by a service with a store
+        self.store_loop: Producer | None = None  # set by a service with a store
         self.events = Events(name, self.producers)
         # Wall-clock jobs not cancelled or finished (under the lock): while there is one, the
         # loop watches the clocks and sleeps at most wallclock.MAX_SLEEP.
