@@ -66,7 +66,7 @@ from .schedule_data import (
 from .store import Claim, ScheduleDefinition, ScheduleRecord, ScheduleStore
 from .store_calls import WatchedStore
 from .stored_declare import declare_now, retry_all, serve_declarations
-from .stored_failing import Failing, failed, succeeded
+from .stored_failing import FailingTable
 from .stored_faults import OwnRunsFirst, finish, on_crash
 from .stored_plan import UNWATCHED_AFTER, Decision, LoopPlanner, announce_missed, resume_record
 from .stored_run import StoredLink, StoredRun
@@ -170,9 +170,8 @@ class StoreLoop:
         self.planner = LoopPlanner(self)
         self.to_declare: dict[str, tuple[ScheduleDefinition, Job]] = {}
         # Declarations and plans that failed, each with its own backoff (`stored_declare`).
-        self.declaring: dict[str, Failing] = {}
-        self.plans_failing: dict[str, Failing] = {}
-        self.declaration_errors = self.plan_errors = 0
+        self.declaring = FailingTable(self, "declaration")
+        self.plans_failing = FailingTable(self, "plan")
         self.searched = 0.0  # seconds the pass's plans searched (`stored_plan.plan`)
         self.in_flight: dict[tuple[str, int], _InFlight] = {}
         self.retry_completions: list[tuple[Claim, str]] = []
@@ -303,12 +302,12 @@ class StoreLoop:
         except Exception as exc:
             with self.lock:
                 self.to_declare[definition.name] = (definition, job)
-            failed(self, self.declaring, "declaration", definition.name, exc, now)
+            self.declaring.failed(definition.name, exc, now)
             self.nudge()
         else:
             with self.lock:  # this declaration supersedes one still waiting
                 self.to_declare.pop(definition.name, None)
-            succeeded(self, self.declaring, "declaration", definition.name)
+            self.declaring.succeeded(definition.name)
 
     def declare_later(self, definition: ScheduleDefinition, job: Job) -> None:
         """Declare at the loop's next pass (a decorator's name is not bound yet: see
@@ -366,8 +365,8 @@ class StoreLoop:
         return StoreStatus(self.store.display_url, self.owner, healthy, last_error,
                            self.claims, self.completed, self.lease_lost, self.store_errors,
                            len(self.retry_completions), snapshot, self.corrupt, blocked,
-                           self.trust.refused, failing, self.declaration_errors, plans,
-                           self.plan_errors)
+                           self.trust.refused, failing, self.declaring.errors, plans,
+                           self.plans_failing.errors)
 
     # -- the thread ---------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from executors import _search_budget
 from . import stored_plan
 from .events import ScheduleAdded, ScheduleChanged
 from .schedule_data import check_target, trigger_of
-from .stored_failing import DECLARE_BACKOFF_FIRST, failed, succeeded
+from .stored_failing import DECLARE_BACKOFF_FIRST
 from .stored_status import refresh_job
 
 if TYPE_CHECKING:
@@ -95,13 +95,13 @@ def serve_declarations(loop: StoreLoop, now: float) -> None:
         try:
             declare_now(loop, definition, job)
         except Exception as exc:
-            failed(loop, loop.declaring, "declaration", name, exc, now)
+            loop.declaring.failed(name, exc, now)
             continue
         with loop.lock:
             # Declared again meanwhile (a reschedule): that one is still to do.
             if loop.to_declare.get(name, (None,))[0] is definition:
                 del loop.to_declare[name]
-        succeeded(loop, loop.declaring, "declaration", name)
+        loop.declaring.succeeded(name)
 
 
 def retry_all(loop: StoreLoop, now: float) -> None:

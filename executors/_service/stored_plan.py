@@ -23,7 +23,6 @@ from executors.triggers import AllOf
 
 from .schedule_data import trigger_of
 from .store import Plan, ScheduleRecord, ScheduleStore
-from .stored_failing import failed, succeeded
 from .stored_trust import declaration
 from .wallclock import WALK_BOUND, decide
 from .wallclock import announce_missed as announce
@@ -129,7 +128,7 @@ def plan(loop: StoreLoop, record: ScheduleRecord, now: dt.datetime) -> Plan | No
                        int(options.get("max_missed", 100)),  # type: ignore[call-overload]
                        options.get("grace"), unwatched)  # type: ignore[arg-type]
     except _search_budget.SearchTimeout as exc:
-        failed(loop, loop.plans_failing, "plan", name, exc, mono)
+        loop.plans_failing.failed(name, exc, mono)
         return None
     except Exception:
         logger.exception("%s: the trigger of stored schedule %r failed; it stops (no "
@@ -138,7 +137,7 @@ def plan(loop: StoreLoop, record: ScheduleRecord, now: dt.datetime) -> Plan | No
     finally:
         loop.searched += time.monotonic() - began
     if failing is not None:
-        succeeded(loop, loop.plans_failing, "plan", name)
+        loop.plans_failing.succeeded(name)
     key = (name, record.version + 1)
     if policy == "all" and len(d.runs) > 1:
         # One fire time per claim: the next claim takes the next one (a group of due
