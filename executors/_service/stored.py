@@ -41,7 +41,6 @@ The process clock is never used to decide anything: "due" and "lease expired" ar
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import logging
 import math
 import os
@@ -68,7 +67,7 @@ from .store_calls import WatchedStore
 from .stored_declare import declare_now, retry_all, serve_declarations
 from .stored_failing import FailingTable
 from .stored_faults import OwnRunsFirst, finish, on_crash
-from .stored_plan import UNWATCHED_AFTER, Decision, LoopPlanner, announce_missed, resume_record
+from .stored_plan import UNWATCHED_AFTER, LoopPlanner, resume_record
 from .stored_run import StoredLink, StoredRun
 from .stored_status import ask_snapshot
 from .stored_trust import Trust, admit, claimable
@@ -76,7 +75,6 @@ from .stored_trust import Trust, admit, claimable
 if TYPE_CHECKING:
     from .job import Job
     from .scheduler import Scheduler
-    from .wallclock import TriggerLike
 
 __all__ = (
     "BACKOFF_FIRST",
@@ -165,14 +163,12 @@ class StoreLoop:
         self.thread: threading.Thread | None = None
         self.jobs: dict[str, Job] = {}  # declared by this process
         self.trust = Trust(Claimable(frozenset(), *serve))  # what a claim may take
-        # The claim's planner (the ``missed`` policy, `stored_plan.plan`); its crash policy
-        # is the `on_crash` method.
+        # The claim's planner (the ``missed`` policy, with what it decided and its failing
+        # plans: `stored_plan.LoopPlanner`); its crash policy is the `on_crash` method.
         self.planner = LoopPlanner(self)
         self.to_declare: dict[str, tuple[ScheduleDefinition, Job]] = {}
-        # Declarations and plans that failed, each with its own backoff (`stored_declare`).
+        # Declarations that failed, each with its own backoff (`stored_declare`).
         self.declaring = FailingTable(self, "declaration")
-        self.plans_failing = FailingTable(self, "plan")
-        self.searched = 0.0  # seconds the pass's plans searched (`stored_plan.plan`)
         self.in_flight: dict[tuple[str, int], _InFlight] = {}
         self.retry_completions: list[tuple[Claim, str]] = []
         # (name, token) of the completions pool threads are writing now (see `on_crash`).
@@ -185,12 +181,6 @@ class StoreLoop:
         self.complete_and_claim: Callable[..., tuple[list[bool], list[Claim]]] | None = \
             getattr(self.store, "complete_and_claim", None) if self.complete_many else None
         self.reported_lost: set[tuple[str, int]] = set()
-        self.decisions: dict[tuple[str, int], Decision] = {}
-        # name -> (the latest fire time of a group announced, the wall time up to which that
-        # group passed unwatched, or None): each later claim of an "all" walk keeps that verdict.
-        self.announced: dict[str, tuple[dt.datetime, float | None]] = {}
-        # (name, version after the claim) -> the next fire time the planner gave.
-        self.planned: dict[tuple[str, int], dt.datetime | None] = {}
         # When the loop wakes next, on the store's clock (epoch seconds); +inf while it is
         # awake: a completion nudges it only if its record is due before then.
         self.wake_at = math.inf
@@ -227,9 +217,6 @@ class StoreLoop:
         self.relist: set[str] = set()  # declared or undeclared since the last refresh
         self.mark: int | None = None
         self.whole_at = -math.inf
-        # Record digest -> its decoded trigger (a claim plans with it; parsing a cron
-        # expression costs more than the rest of a claim).
-        self.triggers: dict[str, TriggerLike] = {}
         self.offset = 0.0  # store clock - this process's wall clock, at the latest read
         self.closing = False
         self.deadline: float | None = None  # shutdown()'s (real monotonic), once it is set
@@ -252,8 +239,7 @@ class StoreLoop:
         self.complete_and_claim = getattr(self.store, "complete_and_claim", None) \
             if self.complete_many else None
         self.finished = []
-        self.decisions = {}
-        self.planned = {}
+        self.planner.forget()
         self.wake_at = math.inf
         self.closing = False
         self.unwatch = None  # the parent's listener (its close is a no-op here)
@@ -326,7 +312,7 @@ class StoreLoop:
             self.trust.renamed = True
             self.to_declare.pop(name, None)
             self.declaring.pop(name, None)
-            self.plans_failing.pop(name, None)
+            self.planner.failing.pop(name, None)
             self.relist.add(name)
             self.touched.pop(name, None)
         if job is not None:
@@ -352,7 +338,7 @@ class StoreLoop:
                 listed = self.listed
                 snapshot = self.snapshot = tuple(listed[name][2] for name in sorted(listed))
             failing = tuple(sorted((n, f.error) for n, f in self.declaring.items()))
-            plans = tuple(sorted((n, f.error) for n, f in self.plans_failing.items()))
+            plans = tuple(sorted((n, f.error) for n, f in self.planner.failing.items()))
         # Read from the calls in progress: the hung thread need not return to be seen.
         blocked = None
         call = self.watched.blocked()
@@ -366,7 +352,7 @@ class StoreLoop:
                            self.claims, self.completed, self.lease_lost, self.store_errors,
                            len(self.retry_completions), snapshot, self.corrupt, blocked,
                            self.trust.refused, failing, self.declaring.errors, plans,
-                           self.plans_failing.errors)
+                           self.planner.failing.errors)
 
     # -- the thread ---------------------------------------------------------------------------
 
@@ -387,7 +373,7 @@ class StoreLoop:
             except OwnRunsFirst:
                 # Not a store error: the claim was abandoned (nothing written); the plans it
                 # made are void, and the next pass writes or renews this process's own first.
-                self.decisions, self.planned = {}, {}
+                self.planner.forget()
                 delay = 0.0
             except Exception as exc:
                 self._failed("serve", exc)
@@ -458,11 +444,11 @@ class StoreLoop:
                                  planner=self.planner, on_crash=self.on_crash, only=only)
         else:
             claims = self._write_finished(and_claim=True, only=only)
-        decisions, self.decisions = self.decisions, {}
-        planned, self.planned = self.planned, {}
+        decisions, planned = self.planner.take()
+        announce_missed = self.planner.announce
         for claim in claims:
             key = (claim.name, claim.version)
-            announce_missed(self, claim.name, decisions.pop(key, None))
+            announce_missed(claim.name, decisions.pop(key, None))
             if not admit(self, claim):
                 continue
             next_fire: float | None = _UNKNOWN
@@ -481,7 +467,7 @@ class StoreLoop:
             # announces it. (A store whose conditional write can lose a race, MongoDB, may
             # announce a plan that runs nothing twice.)
             if decision[1] == 0:
-                announce_missed(self, name, decision)
+                announce_missed(name, decision)
         if len(claims) >= BATCH:
             return 0.0  # more may be due
         now = monotonic()
@@ -496,7 +482,7 @@ class StoreLoop:
         if self.wanted and not self.reading and self.snapshot_at > now:  # put off by 5 %
             delay = min(delay, self.snapshot_at - now)
         delay = max(0.0, min(delay, POLL))
-        if self.plans_failing:  # a record left due by its failed plan: no spin on it
+        if self.planner.failing:  # a record left due by its failed plan: no spin on it
             delay = max(delay, min(PLAN_RETRY_PASS, POLL))
         self.wake_at = store_now.timestamp() + delay
         return delay

@@ -83,10 +83,12 @@ def serve_declarations(loop: StoreLoop, now: float) -> None:
     Also forgets a failed plan not tried again long after its backoff: its record is no
     longer due here (another process planned it, it was paused or removed), and a failure
     nobody retries must not keep the service unhealthy."""
-    loop.searched = 0.0  # the pass's plans share one budget of search time (`stored_plan`)
+    planner = loop.planner
+    planner.searched = 0.0  # the pass's plans share one budget of search time
     with loop.lock:
-        for name in [n for n, f in loop.plans_failing.items() if f.retry_at < now - _STALE]:
-            del loop.plans_failing[name]
+        plans_failing = planner.failing
+        for name in [n for n, f in plans_failing.items() if f.retry_at < now - _STALE]:
+            del plans_failing[name]
         failing = loop.declaring
         pending = [(d, job) for name, (d, job) in loop.to_declare.items()
                    if name not in failing or failing[name].retry_at <= now]

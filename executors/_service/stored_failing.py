@@ -2,7 +2,7 @@
 
 The store loop keeps two `FailingTable` of `Failing` entries, ``StoreLoop.declaring``
 (declarations the store refused, `executors._service.stored_declare`) and
-``StoreLoop.plans_failing`` (plans over their time budget, `executors._service.stored_plan`);
+``LoopPlanner.failing`` (plans over their time budget, `executors._service.stored_plan`);
 each table owns its entries and its count of errors. Each entry is that schedule's
 failure alone: logged as an ERROR when its error changes, counted, listed by `status()`, and
 tried again after its own backoff, while the other schedules are served as usual.

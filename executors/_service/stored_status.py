@@ -25,7 +25,6 @@ from executors import _threads
 from executors._clock import SYSTEM_CLOCK
 
 from .schedule_data import StoredSchedule, iso
-from .stored_plan import trigger_for
 from .stored_trust import note_refused
 
 if TYPE_CHECKING:
@@ -174,7 +173,7 @@ def _row(loop: StoreLoop, record: ScheduleRecord, declared: bool) -> StoredSched
     if old is not None and old[1] == declared and (old[0] is record or old[0] == record):
         return old[2]
     try:
-        trigger = trigger_for(loop, record).describe()
+        trigger = loop.planner.trigger_for(record).describe()
     except Exception as exc:  # a trigger this version cannot read
         trigger = f"<unreadable: {exc}>"
     return StoredSchedule(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Literal
 
 from .claimable import Claimable
@@ -69,10 +69,11 @@ def claimable(loop: StoreLoop) -> Claimable:
     return trust.claimable
 
 
-def declaration(loop: StoreLoop, name: str
+def declaration(jobs: Mapping[str, Job], name: str
                 ) -> tuple[ScheduleDefinition, TriggerLike] | None:
-    """This process's declaration of `name` and its trigger, or None if it declares none."""
-    job = loop.jobs.get(name)
+    """This process's declaration of `name` and its trigger, or None if it declares none
+    (`jobs`: the store loop's, those this process declares)."""
+    job = jobs.get(name)
     link = None if job is None else job._stored
     if job is None or link is None or job._wall is None:
         return None
@@ -81,7 +82,7 @@ def declaration(loop: StoreLoop, name: str
 
 def on_crash_of(loop: StoreLoop, record: ScheduleRecord) -> Literal["drop", "rerun"]:
     """`record`'s ``on_crash`` policy: the declaration's when this process declares it."""
-    declared = declaration(loop, record.name)
+    declared = declaration(loop.jobs, record.name)
     options = record.definition.options if declared is None else declared[0].options
     return "rerun" if options.get("on_crash") == "rerun" else "drop"
 
