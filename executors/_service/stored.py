@@ -376,7 +376,7 @@ class StoreLoop:
                 self.planner.forget()
                 delay = 0.0
             except Exception as exc:
-                self._failed("serve", exc)
+                self.failed("serve", exc)
                 delay = backoff
                 backoff = min(backoff * 2, BACKOFF_MAX)
             else:
@@ -419,7 +419,7 @@ class StoreLoop:
             elif action == "remove":
                 self.unschedule(name)
         except Exception as exc:
-            self._failed(action, exc)
+            self.failed(action, exc)
             self.post(("control", name, action))  # again after the backoff
         else:
             if action == "remove":
@@ -545,7 +545,7 @@ class StoreLoop:
             try:
                 done = self.store.complete(claim, result)
             except Exception as exc:
-                self._failed("complete", exc)
+                self.failed("complete", exc)
                 with self.lock:
                     self.retry_completions.append((claim, result))
                 self.nudge()
@@ -612,7 +612,7 @@ class StoreLoop:
                 raise
             self._completed(claim, done)
 
-    def _failed(self, what: str, exc: Exception) -> None:
+    def failed(self, what: str, exc: Exception) -> None:
         self.store_errors += 1
         error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:500]
         if self.healthy or error != self.last_error:

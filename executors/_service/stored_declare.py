@@ -5,7 +5,7 @@ The store loop (`executors._service.stored`) declares a schedule when it is adde
 start) and, if that fails, at its passes: each failing declaration waits its own backoff
 (`executors._service.stored_failing`), is logged as an ERROR when its error changes, counted
 (`StoreStatus.declaration_errors`) and listed with its error (`StoreStatus.declarations_failing`)
-until the store takes it. A failure is not the store's (`StoreLoop._failed`): the pass goes on
+until the store takes it. A failure is not the store's (`StoreLoop.failed`): the pass goes on
 to its completions and claims, and the other schedules of the process keep being served. When
 the store comes back after an outage (which fails every declaration) the backoffs start again
 (`retry_all`). The first fire time is searched within the plans' time budget

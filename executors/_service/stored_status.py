@@ -76,7 +76,7 @@ def _read_snapshots(loop: StoreLoop) -> None:
             try:
                 take_snapshot(loop)
             except Exception as exc:
-                loop._failed("snapshot", exc)  # the service goes on; the next read as usual
+                loop.failed("snapshot", exc)  # the service goes on; the next read as usual
             # At most 5 % of the time on it, however many records the store holds.
             took = monotonic() - began
             end = monotonic()
