@@ -69,7 +69,7 @@ from .stored_failing import FailingTable
 from .stored_faults import OwnRunsFirst, finish, on_crash
 from .stored_plan import UNWATCHED_AFTER, LoopPlanner, resume_record
 from .stored_run import StoredLink, StoredRun
-from .stored_status import ask_snapshot
+from .stored_status import Snapshots
 from .stored_trust import Trust, admit, claimable
 
 if TYPE_CHECKING:
@@ -190,33 +190,11 @@ class StoreLoop:
         self.completed = 0
         self.lease_lost = 0
         self.store_errors = 0
-        self.snapshot: tuple[StoredSchedule, ...] | None = ()  # None: made by status()
-        self.corrupt: tuple[tuple[str, str], ...] = ()
-        # When the next refresh may start (monotonic; +inf while one is being read), and the
-        # earliest one the 5 % bound allows. Written under `lock` (see `_refresh_soon`).
-        self.snapshot_at = -math.inf
-        self.snapshot_floor = -math.inf
-        # The snapshot thread: `reader` waits on `read_now` for the loop's request.
-        self.reader: threading.Thread | None = None
-        self.read_now = threading.Event()
-        self.reader_stop = False
-        self.reading = False  # a read was asked and has not ended (under `lock`)
-        self.reader_done = False  # the snapshot thread has ended (under `lock`)
-        self.reader_releases = False  # it closes the store when its read ends (under `lock`)
-        # Per owned job, the `touches` count at the loop's latest refresh of it (a claim's next
-        # fire time): a copy read before then does not overwrite it.
-        self.touches = 0
-        self.touched: dict[str, int] = {}
+        # The copy of the records behind `status()`, its snapshot thread and the jobs'
+        # touch counts (`executors._service.stored_status`).
+        self.snapshots = Snapshots(self)
         self.unwatch: Callable[[], None] | None = None
         self.listener: threading.Thread | None = None  # the thread of `watch`, if it says
-        self.wanted = True  # status() was asked since the last refresh (or none was made)
-        # The copy behind `snapshot`: name -> (the record it was made from, declared here,
-        # the row); `mark` is the store's change mark of the copy, None for a whole read.
-        self.listed: dict[str, tuple[ScheduleRecord, bool, StoredSchedule]] = {}
-        self.broken: dict[str, str] = {}
-        self.relist: set[str] = set()  # declared or undeclared since the last refresh
-        self.mark: int | None = None
-        self.whole_at = -math.inf
         self.offset = 0.0  # store clock - this process's wall clock, at the latest read
         self.closing = False
         self.deadline: float | None = None  # shutdown()'s (real monotonic), once it is set
@@ -244,12 +222,7 @@ class StoreLoop:
         self.closing = False
         self.unwatch = None  # the parent's listener (its close is a no-op here)
         self.listener = None
-        # The parent's snapshot thread is not here (a read it was making is lost: read again).
-        self.reader = None
-        self.read_now = threading.Event()
-        self.reader_stop = self.reading = self.reader_done = self.reader_releases = False
-        self.snapshot_at = -math.inf
-        self.wanted = True
+        self.snapshots.after_fork()
 
     # -- from any thread ----------------------------------------------------------------------
 
@@ -265,16 +238,8 @@ class StoreLoop:
 
     def changed(self) -> None:
         """A change made elsewhere was reported (by the store's ``watch``): look now."""
-        self._refresh_soon(bounded=True)
+        self.snapshots.refresh_soon(bounded=True)
         self.messages.put(_NUDGE)
-
-    def _refresh_soon(self, *, bounded: bool = False) -> None:
-        """Refresh the copy at the loop's next pass (`bounded`: once the 5 % bound allows).
-
-        Asked while a read is in progress, it is kept for after that read (which may have
-        read the store before the change)."""
-        with self.lock:
-            self.snapshot_at = self.snapshot_floor if bounded else -math.inf
 
     def declare(self, definition: ScheduleDefinition, job: Job) -> None:
         """Declare now if the store takes it; else the loop tries it again on its own backoff
@@ -313,8 +278,7 @@ class StoreLoop:
             self.to_declare.pop(name, None)
             self.declaring.pop(name, None)
             self.planner.failing.pop(name, None)
-            self.relist.add(name)
-            self.touched.pop(name, None)
+            self.snapshots.forget(name)
         if job is not None:
             job._set_flags(cancelled=True)
             with self.scheduler.lock:
@@ -323,20 +287,16 @@ class StoreLoop:
         events = self.scheduler.events
         if (removed or job is not None) and ScheduleRemoved in events.wanted:
             events.emit(ScheduleRemoved(name, "removed"))
-        self._refresh_soon()
-        self.wanted = True
+        self.snapshots.refresh_soon()
+        self.snapshots.wanted = True
         self.nudge()
         return removed
 
     def status(self) -> StoreStatus:
-        self.wanted = True  # the loop refreshes the copy (at most every SNAPSHOT_EVERY)
+        snapshots = self.snapshots
+        snapshots.wanted = True  # the loop refreshes the copy (at most every SNAPSHOT_EVERY)
         with self.lock:
-            snapshot = self.snapshot
-            if snapshot is None:
-                # Sorted here, when asked, not at every refresh (10,000 names cost more
-                # than the refresh of a few changes).
-                listed = self.listed
-                snapshot = self.snapshot = tuple(listed[name][2] for name in sorted(listed))
+            snapshot = snapshots.rows()
             failing = tuple(sorted((n, f.error) for n, f in self.declaring.items()))
             plans = tuple(sorted((n, f.error) for n, f in self.planner.failing.items()))
         # Read from the calls in progress: the hung thread need not return to be seen.
@@ -350,7 +310,7 @@ class StoreLoop:
         healthy = self.healthy and blocked is None and not failing and not plans
         return StoreStatus(self.store.display_url, self.owner, healthy, last_error,
                            self.claims, self.completed, self.lease_lost, self.store_errors,
-                           len(self.retry_completions), snapshot, self.corrupt, blocked,
+                           len(self.retry_completions), snapshot, snapshots.corrupt, blocked,
                            self.trust.refused, failing, self.declaring.errors, plans,
                            self.planner.failing.errors)
 
@@ -424,10 +384,10 @@ class StoreLoop:
         else:
             if action == "remove":
                 return
-            with self.lock:  # a copy read before does not undo it on the job (`_touch`)
-                self._touch(name)
-        self._refresh_soon()
-        self.wanted = True
+            with self.lock:  # a copy read before does not undo it on the job (`touch`)
+                self.snapshots.touch(name)
+        self.snapshots.refresh_soon()
+        self.snapshots.wanted = True
 
     def _serve(self, monotonic: Callable[[], float]) -> float:
         """One pass: declare, complete, renew, claim, refresh; the delay until the next."""
@@ -457,8 +417,8 @@ class StoreLoop:
                 next_fire = None if fire is None else fire.timestamp()
                 owned = self.jobs.get(claim.name)
                 if owned is not None and owned._wall is not None:
-                    with self.lock:  # a copy being read does not overwrite it (`_touch`)
-                        self._touch(claim.name)
+                    with self.lock:  # a copy being read does not overwrite it (`Snapshots.touch`)
+                        self.snapshots.touch(claim.name)
                         owned._wall.set_fire(fire)
             self._start_run(claim, monotonic(), next_fire)
         for (name, _), decision in decisions.items():
@@ -471,16 +431,18 @@ class StoreLoop:
         if len(claims) >= BATCH:
             return 0.0  # more may be due
         now = monotonic()
-        self.wanted = self.wanted or only.serves_others  # refusals are found by the copy
-        if self.wanted and now >= self.snapshot_at and not self.reading:
-            ask_snapshot(self)
+        snapshots = self.snapshots
+        # Refusals are found by the copy.
+        snapshots.wanted = snapshots.wanted or only.serves_others
+        if snapshots.wanted and now >= snapshots.at and not snapshots.reading:
+            snapshots.ask()
         store_now, earliest = store.next_due(only)
         self.offset = store_now.timestamp() - self.scheduler.clock.time()
         delay = POLL if earliest is None else (earliest - store_now).total_seconds()
         if self.in_flight:
             delay = min(delay, min(f.renew_at for f in self.in_flight.values()) - now)
-        if self.wanted and not self.reading and self.snapshot_at > now:  # put off by 5 %
-            delay = min(delay, self.snapshot_at - now)
+        if snapshots.wanted and not snapshots.reading and snapshots.at > now:  # put off by 5 %
+            delay = min(delay, snapshots.at - now)
         delay = max(0.0, min(delay, POLL))
         if self.planner.failing:  # a record left due by its failed plan: no spin on it
             delay = max(delay, min(PLAN_RETRY_PASS, POLL))
@@ -620,11 +582,6 @@ class StoreLoop:
                          self.name, self.store.display_url, what, error)
         self.healthy = False
         self.last_error = error
-
-    def _touch(self, name: str) -> None:
-        """The loop refreshed job `name` (caller holds `lock`): copies read before stay off."""
-        self.touches += 1
-        self.touched[name] = self.touches
 
     def release(self) -> None:
         """Close the store if the service opened it (from its URL)."""

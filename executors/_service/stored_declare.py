@@ -53,11 +53,12 @@ def declare_now(loop: StoreLoop, definition: ScheduleDefinition, job: Job) -> No
 
     result = loop.store.declare(definition, first_fire)
     with loop.lock:
-        loop._touch(definition.name)
+        loop.snapshots.touch(definition.name)
         refresh_job(job, result.record)
-    loop._refresh_soon()
-    loop.wanted = True
-    loop.relist.add(definition.name)  # declared here now (its row may not have changed)
+    snapshots = loop.snapshots
+    snapshots.refresh_soon()
+    snapshots.wanted = True
+    snapshots.relist.add(definition.name)  # declared here now (its row may not have changed)
     events = loop.scheduler.events
     if result.outcome == "replaced":
         # Not "changed": nothing of the stored state could be kept.

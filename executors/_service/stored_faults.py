@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Literal
 
 from executors import _threads
 
-from .stored_status import stop_snapshots
 from .stored_trust import on_crash_of
 
 if TYPE_CHECKING:
@@ -87,7 +86,7 @@ def finish(loop: StoreLoop) -> None:
                      "expires and on_crash settles them", loop.name,
                      len(loop.retry_completions), exc)
     _give_back_unstarted(loop)
-    if stop_snapshots(loop):
+    if loop.snapshots.stop():
         loop.release()
 
 
@@ -114,7 +113,7 @@ def _give_back_unstarted(loop: StoreLoop) -> None:
 def helper_threads(loop: StoreLoop) -> list[threading.Thread]:
     """The loop's threads besides the store thread: the snapshot thread and the store's
     listener (`shutdown()` waits for them and counts them in its report)."""
-    return [t for t in (loop.reader, loop.listener) if t is not None]
+    return [t for t in (loop.snapshots.reader, loop.listener) if t is not None]
 
 
 def interrupt_blocked(loop: StoreLoop) -> bool:
