@@ -40,7 +40,6 @@ The process clock is never used to decide anything: "due" and "lease expired" ar
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import os
@@ -68,7 +67,7 @@ from .stored_declare import declare_now, retry_all, serve_declarations
 from .stored_failing import FailingTable
 from .stored_faults import OwnRunsFirst, finish, on_crash
 from .stored_plan import UNWATCHED_AFTER, LoopPlanner, resume_record
-from .stored_run import StoredLink, StoredRun
+from .stored_run import UNKNOWN, InFlight, StoredLink, StoredRun
 from .stored_status import Snapshots
 from .stored_trust import Trust, admit, claimable
 
@@ -116,22 +115,6 @@ _CLOSE = object()
 _NUDGE = object()
 
 
-#: A claim whose next fire time its planner did not give (a rerun of a crashed owner's run).
-_UNKNOWN = -math.inf
-
-
-@dataclasses.dataclass(slots=True)
-class _InFlight:
-    claim: Claim
-    renew_at: float  # monotonic
-    # The record's next fire time after this claim (epoch seconds on the store's clock; None:
-    # none; _UNKNOWN: not planned here): its completion wakes the loop only if that is
-    # before the loop's wake-up.
-    next_fire: float | None = _UNKNOWN
-    lost: bool = False
-    started: bool = False  # a pool thread took the run (set before it runs anything)
-
-
 # -- the loop -------------------------------------------------------------------------------
 
 
@@ -169,7 +152,7 @@ class StoreLoop:
         self.to_declare: dict[str, tuple[ScheduleDefinition, Job]] = {}
         # Declarations that failed, each with its own backoff (`stored_declare`).
         self.declaring = FailingTable(self, "declaration")
-        self.in_flight: dict[tuple[str, int], _InFlight] = {}
+        self.in_flight: dict[tuple[str, int], InFlight] = {}
         self.retry_completions: list[tuple[Claim, str]] = []
         # (name, token) of the completions pool threads are writing now (see `on_crash`).
         self.completing: set[tuple[str, str]] = set()
@@ -411,7 +394,7 @@ class StoreLoop:
             announce_missed(claim.name, decisions.pop(key, None))
             if not admit(self, claim):
                 continue
-            next_fire: float | None = _UNKNOWN
+            next_fire: float | None = UNKNOWN
             if key in planned:
                 fire = planned[key]
                 next_fire = None if fire is None else fire.timestamp()
@@ -456,7 +439,7 @@ class StoreLoop:
     def _start_run(self, claim: Claim, now: float, next_fire: float | None) -> None:
         self.claims += 1
         with self.lock:
-            self.in_flight[(claim.name, claim.version)] = _InFlight(
+            self.in_flight[(claim.name, claim.version)] = InFlight(
                 claim, now + self.renew_every, next_fire)
         pool = self.scheduler.pool
         assert pool is not None
@@ -523,7 +506,7 @@ class StoreLoop:
         # or still shows +inf (awake).
         # An awake loop (+inf) sleeps at most POLL after its pass: a record due later than
         # that (and a pass's length, and the clocks' offset, as slack) is seen in time.
-        next_fire = _UNKNOWN if flight is None else flight.next_fire
+        next_fire = UNKNOWN if flight is None else flight.next_fire
         horizon = self.scheduler.clock.time() + self.offset + 2 * POLL
         if next_fire is not None and next_fire <= min(self.wake_at, horizon):
             self.nudge()

@@ -13,22 +13,59 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Protocol, final
 
 from .run_info import RunInfo
 from .schedule_data import resolve_target, trigger_of
-from .stored_trust import give_back
+from .stored_trust import TrustLoop, give_back
 
 if TYPE_CHECKING:
-    from .job import Job, JobSlot
+    from .job import Job, JobSlot, ServiceHost
     from .store import Claim, ScheduleDefinition
-    from .stored import StoreLoop
     from .wallclock import TriggerLike
 
-__all__ = ("StoredLink", "StoredRun", "run_claim")
+__all__ = ("UNKNOWN", "InFlight", "RunLoop", "StoredLink", "StoredRun", "run_claim")
 
 logger = logging.getLogger("executors.service")
+
+
+#: A claim whose next fire time its planner did not give (a rerun of a crashed owner's run).
+UNKNOWN = -math.inf
+
+
+@dataclasses.dataclass(slots=True)
+class InFlight:
+    """A claim of this process, from its claim until its completion is written."""
+
+    claim: Claim
+    renew_at: float  # monotonic
+    # The record's next fire time after this claim (epoch seconds on the store's clock; None:
+    # none; UNKNOWN: not planned here): its completion wakes the loop only if that is
+    # before the loop's wake-up.
+    next_fire: float | None = UNKNOWN
+    lost: bool = False
+    started: bool = False  # a pool thread took the run (set before it runs anything)
+
+
+class RunLoop(TrustLoop, Protocol):
+    """What a stored schedule's job and runs read and call of the store loop
+    (`executors._service.stored`)."""
+
+    #: This process's claims, by (name, version).
+    in_flight: dict[tuple[str, int], InFlight]
+    #: The store's clock minus this process's wall clock, at the latest read (seconds).
+    offset: float
+
+    @property
+    def scheduler(self) -> ServiceHost: ...
+
+    def post(self, message: object) -> None: ...
+
+    def declare(self, definition: ScheduleDefinition, job: Job) -> None: ...
+
+    def complete(self, claim: Claim, result: str) -> None: ...
 
 
 @final
@@ -37,7 +74,7 @@ class StoredLink:
 
     __slots__ = ("definition", "loop")
 
-    def __init__(self, loop: StoreLoop, definition: ScheduleDefinition) -> None:
+    def __init__(self, loop: RunLoop, definition: ScheduleDefinition) -> None:
         self.loop = loop
         self.definition = definition
 
@@ -73,7 +110,7 @@ class StoredLink:
         self.loop.declare(definition, job)
 
 
-def run_claim(loop: StoreLoop, claim: Claim) -> None:
+def run_claim(loop: RunLoop, claim: Claim) -> None:
     """Run one claimed fire time (on a pool thread) and record its end."""
     scheduler = loop.scheduler
     with loop.lock:
@@ -120,7 +157,7 @@ def run_claim(loop: StoreLoop, claim: Claim) -> None:
         loop.post(("control", claim.name, "pause"))
 
 
-def _undeclared_job(loop: StoreLoop, name: str, fn: Callable[..., object],
+def _undeclared_job(loop: RunLoop, name: str, fn: Callable[..., object],
                     definition: ScheduleDefinition) -> Job:
     from .job import NO_PUBLIC_CONSTRUCTOR, Job
     from .wallclock import WallState
@@ -139,7 +176,7 @@ class StoredRun:
 
     __slots__ = ("claim", "loop")
 
-    def __init__(self, loop: StoreLoop, claim: Claim) -> None:
+    def __init__(self, loop: RunLoop, claim: Claim) -> None:
         self.loop = loop
         self.claim = claim
 
