@@ -377,8 +377,8 @@ class StoreLoop:
         self.wake_at = math.inf  # awake: a completion from now on nudges (see `complete`)
         serve_declarations(self, monotonic())  # each on its own: a failure stops no claim
         if self.complete_and_claim is None:
-            self._write_finished()
-        self._retry_completions()
+            self.write_finished()
+        self.write_retries()
         self._renew(monotonic())
         store = self.store
         only = claimable(self)
@@ -386,7 +386,7 @@ class StoreLoop:
             claims = store.claim(self.owner, lease=self.lease, limit=BATCH,
                                  planner=self.planner, on_crash=self.on_crash, only=only)
         else:
-            claims = self._write_finished(and_claim=True, only=only)
+            claims = self.write_finished(and_claim=True, only=only)
         decisions, planned = self.planner.take()
         announce_missed = self.planner.announce
         for claim in claims:
@@ -511,7 +511,7 @@ class StoreLoop:
         if next_fire is not None and next_fire <= min(self.wake_at, horizon):
             self.nudge()
 
-    def _write_finished(self, *, and_claim: bool = False, only: Claimable | None = None
+    def write_finished(self, *, and_claim: bool = False, only: Claimable | None = None
                         ) -> list[Claim]:
         """Write the completions the pool handed over, in one batch (see `complete`); with
         `and_claim`, then the pass's claim, in the same transaction (`complete_and_claim`).
@@ -545,7 +545,7 @@ class StoreLoop:
         else:
             self._lease_lost(claim, "complete")
 
-    def _retry_completions(self) -> None:
+    def write_retries(self) -> None:
         with self.lock:
             pending, self.retry_completions = self.retry_completions, []
         for i, (claim, result) in enumerate(pending):

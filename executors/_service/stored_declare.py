@@ -5,7 +5,7 @@ The store loop (`executors._service.stored`) declares a schedule when it is adde
 start) and, if that fails, at its passes: each failing declaration waits its own backoff
 (`executors._service.stored_failing`), is logged as an ERROR when its error changes, counted
 (`StoreStatus.declaration_errors`) and listed with its error (`StoreStatus.declarations_failing`)
-until the store takes it. A failure is not the store's (`StoreLoop.failed`): the pass goes on
+until the store takes it. A failure is not the store's (`DeclareLoop.failed`): the pass goes on
 to its completions and claims, and the other schedules of the process keep being served. When
 the store comes back after an outage (which fails every declaration) the backoffs start again
 (`retry_all`). The first fire time is searched within the plans' time budget
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from executors import _search_budget
 
@@ -24,14 +24,14 @@ from . import stored_plan
 from .events import ScheduleAdded, ScheduleChanged
 from .schedule_data import check_target, trigger_of
 from .stored_failing import DECLARE_BACKOFF_FIRST
-from .stored_status import refresh_job
+from .stored_status import SnapshotLoop, Snapshots, refresh_job
 
 if TYPE_CHECKING:
     from .job import Job
     from .store import ScheduleDefinition
-    from .stored import StoreLoop
+    from .stored_failing import FailingTable
 
-__all__ = ("declare_now", "retry_all", "serve_declarations")
+__all__ = ("DeclareLoop", "declare_now", "retry_all", "serve_declarations")
 
 logger = logging.getLogger("executors.service")
 
@@ -40,7 +40,15 @@ logger = logging.getLogger("executors.service")
 _STALE = 5.0
 
 
-def declare_now(loop: StoreLoop, definition: ScheduleDefinition, job: Job) -> None:
+class DeclareLoop(SnapshotLoop, Protocol):
+    """What declaring reads of the store loop (`executors._service.stored`): its snapshots
+    (a declared record is shown at once) and its failing declarations."""
+
+    snapshots: Snapshots
+    declaring: FailingTable
+
+
+def declare_now(loop: DeclareLoop, definition: ScheduleDefinition, job: Job) -> None:
     """Declare `definition` in the store (raises what the store raises)."""
     # Checked where it is written: while a decorator runs, its name is not bound yet.
     check_target(definition.target, job.fn)
@@ -78,7 +86,7 @@ def declare_now(loop: StoreLoop, definition: ScheduleDefinition, job: Job) -> No
         events.emit(ScheduleAdded(definition.name, trigger.describe()))
 
 
-def serve_declarations(loop: StoreLoop, now: float) -> None:
+def serve_declarations(loop: DeclareLoop, now: float) -> None:
     """The pass's declarations: those whose backoff has passed, each on its own.
 
     Also forgets a failed plan not tried again long after its backoff: its record is no
@@ -107,7 +115,7 @@ def serve_declarations(loop: StoreLoop, now: float) -> None:
         loop.declaring.succeeded(name)
 
 
-def retry_all(loop: StoreLoop, now: float) -> None:
+def retry_all(loop: DeclareLoop, now: float) -> None:
     """The store answers again after an outage, which failed every declaration: try them all
     at the next pass, not after their backoffs."""
     with loop.lock:
