@@ -270,8 +270,7 @@ class StoreLoop:
         events = self.scheduler.events
         if (removed or job is not None) and ScheduleRemoved in events.wanted:
             events.emit(ScheduleRemoved(name, "removed"))
-        self.snapshots.refresh_soon()
-        self.snapshots.wanted = True
+        self.snapshots.changed()
         self.nudge()
         return removed
 
@@ -369,8 +368,7 @@ class StoreLoop:
                 return
             with self.lock:  # a copy read before does not undo it on the job (`touch`)
                 self.snapshots.touch(name)
-        self.snapshots.refresh_soon()
-        self.snapshots.wanted = True
+        self.snapshots.changed()
 
     def _serve(self, monotonic: Callable[[], float]) -> float:
         """One pass: declare, complete, renew, claim, refresh; the delay until the next."""
@@ -415,17 +413,13 @@ class StoreLoop:
             return 0.0  # more may be due
         now = monotonic()
         snapshots = self.snapshots
-        # Refusals are found by the copy.
-        snapshots.wanted = snapshots.wanted or only.serves_others
-        if snapshots.wanted and now >= snapshots.at and not snapshots.reading:
-            snapshots.ask()
+        snapshots.serve(now, refusals=only.serves_others)
         store_now, earliest = store.next_due(only)
         self.offset = store_now.timestamp() - self.scheduler.clock.time()
         delay = POLL if earliest is None else (earliest - store_now).total_seconds()
         if self.in_flight:
             delay = min(delay, min(f.renew_at for f in self.in_flight.values()) - now)
-        if snapshots.wanted and not snapshots.reading and snapshots.at > now:  # put off by 5 %
-            delay = min(delay, snapshots.at - now)
+        delay = min(delay, snapshots.put_off(now))
         delay = max(0.0, min(delay, POLL))
         if self.planner.failing:  # a record left due by its failed plan: no spin on it
             delay = max(delay, min(PLAN_RETRY_PASS, POLL))

@@ -63,10 +63,7 @@ def declare_now(loop: DeclareLoop, definition: ScheduleDefinition, job: Job) -> 
     with loop.lock:
         loop.snapshots.touch(definition.name)
         refresh_job(job, result.record)
-    snapshots = loop.snapshots
-    snapshots.refresh_soon()
-    snapshots.wanted = True
-    snapshots.relist.add(definition.name)  # declared here now (its row may not have changed)
+    loop.snapshots.changed(definition.name)  # declared here now (its row may not have changed)
     events = loop.scheduler.events
     if result.outcome == "replaced":
         # Not "changed": nothing of the stored state could be kept.
@@ -93,7 +90,7 @@ def serve_declarations(loop: DeclareLoop, now: float) -> None:
     longer due here (another process planned it, it was paused or removed), and a failure
     nobody retries must not keep the service unhealthy."""
     planner = loop.planner
-    planner.searched = 0.0  # the pass's plans share one budget of search time
+    planner.new_pass()
     with loop.lock:
         plans_failing = planner.failing
         for name in [n for n, f in plans_failing.items() if f.retry_at < now - _STALE]:

@@ -187,6 +187,10 @@ class LoopPlanner:
                 d.missed, d.ran, first, d.last_missed, d.reason, policy, d.truncated)
         return plan
 
+    def new_pass(self) -> None:
+        """A pass of the loop begins: its plans share one budget of search time."""
+        self.searched = 0.0
+
     def lost(self, name: str, version: int) -> None:
         """The plan of `name` that would have written `version` was not written."""
         self.decisions.pop((name, version), None)

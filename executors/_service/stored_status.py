@@ -114,6 +114,28 @@ class Snapshots:
         with self.loop.lock:
             self.at = self.floor if bounded else -math.inf
 
+    def changed(self, name: str | None = None) -> None:
+        """The store changed here (a declaration, a control, a removal): refresh the copy at
+        the loop's next pass, listing `name` again (its row may look the same)."""
+        self.refresh_soon()
+        self.wanted = True
+        if name is not None:
+            self.relist.add(name)
+
+    def serve(self, now: float, *, refusals: bool) -> None:
+        """The loop's pass: ask for a refresh if one is wanted and due (`refusals`: the copy
+        is what finds the records an allowlist refuses, so it is always wanted)."""
+        if refusals:
+            self.wanted = True
+        if self.wanted and now >= self.at and not self.reading:
+            self.ask()
+
+    def put_off(self, now: float) -> float:
+        """How long the 5 % bound puts off a wanted refresh (+inf: none waits)."""
+        if self.wanted and not self.reading and self.at > now:
+            return self.at - now
+        return math.inf
+
     def touch(self, name: str) -> None:
         """The loop refreshed job `name` (caller holds the lock): copies read before stay off."""
         self.touches += 1
