@@ -46,11 +46,11 @@ from .events import (
     ScheduleResumed,
 )
 from .job import JobSlot
+from .pool import Pool
 from .wall_slots import WallSlots
 
 if TYPE_CHECKING:
     from .job import Job
-    from .pool import Pool
     from .wallclock import TriggerLike
 
 __all__ = ("Cancel", "Producer", "Scheduler", "Signal", "Wake", "shutting_down")
@@ -94,7 +94,7 @@ class Scheduler:
     """
 
     def __init__(self, name: str, clock: Clock, *, slack: float, inline_below: float,
-                 fork_policy: ForkPolicy) -> None:
+                 fork_policy: ForkPolicy, workers: int) -> None:
         self.name = name
         self.clock = clock
         self.fork_policy: ForkPolicy = fork_policy
@@ -110,7 +110,8 @@ class Scheduler:
         self.jobs: dict[str, Job] = {}
         self.job_runs = 0
         self.job_errors = 0
-        self.pool: Pool | None = None  # set by the service before start
+        # Its runs, and the service's submit() (up to `workers` threads, started on demand).
+        self.pool = Pool(name, workers, self.run_job, shutting_down)
         self.store_loop: Producer | None = None  # set by a service with a store
         self.events = Events(name, self.producers)
         # Wall-clock jobs not cancelled or finished (under the lock): while there is one, the
@@ -188,7 +189,7 @@ class Scheduler:
         """The threads whose runs emit events (the dispatcher waits for them at close)."""
         pool = self.pool
         loop = self.store_loop
-        return [t for t in [self.thread, *(pool.threads if pool else ()),
+        return [t for t in [self.thread, *pool.threads,
                             loop.thread if loop else None] if t is not None]
 
     # -- schedule changes (from any thread) -------------------------------------------------
@@ -321,9 +322,7 @@ class Scheduler:
         heappop = heapq.heappop
         run_job = self.run_job
         handle_all = self._handle_all
-        pool = self.pool
-        assert pool is not None
-        put_work = pool.put
+        put_work = self.pool.put
         wall_slots = self.wall.slots
         watch = self.wall.watch
         me = threading.current_thread()

@@ -435,9 +435,7 @@ class StoreLoop:
         with self.lock:
             self.in_flight[(claim.name, claim.version)] = InFlight(
                 claim, now + self.renew_every, next_fire)
-        pool = self.scheduler.pool
-        assert pool is not None
-        pool.put(StoredRun(self, claim))  # type: ignore[arg-type]
+        self.scheduler.pool.put(StoredRun(self, claim))  # type: ignore[arg-type]
 
     def _renew(self, now: float) -> None:
         with self.lock:

@@ -105,7 +105,7 @@ def finish(loop: FaultLoop) -> None:
         loop.unwatch = None
     pool = loop.scheduler.pool
     # The caller of shutdown() and the dispatcher wait for them too: one joiner at a time.
-    for thread in list(pool.threads if pool is not None else ()):
+    for thread in list(pool.threads):
         _threads.join(thread)
     try:
         loop.write_finished()
