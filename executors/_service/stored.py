@@ -389,7 +389,9 @@ class StoreLoop:
         announce_missed = self.planner.announce
         for claim in claims:
             key = (claim.name, claim.version)
-            announce_missed(claim.name, decisions.pop(key, None))
+            decision = decisions.pop(key, None)
+            if decision is not None:  # most claims miss nothing: no call for them
+                announce_missed(claim.name, decision)
             if not admit(self, claim):
                 continue
             next_fire: float | None = UNKNOWN

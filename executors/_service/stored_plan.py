@@ -219,10 +219,8 @@ class LoopPlanner:
             triggers[key] = trigger
         return trigger
 
-    def announce(self, name: str, decision: Decision | None) -> None:
+    def announce(self, name: str, decision: Decision) -> None:
         """Announce a miss the loop's claims (or plans that ran nothing) decided."""
-        if decision is None:
-            return
         job = self.loop.jobs.get(name)
         missed, ran, first, last, reason, policy, truncated = decision
         announce(self.loop.scheduler.events, "schedule", name,
