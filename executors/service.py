@@ -49,7 +49,7 @@ from ._service.options import (
     schedule_options,
     unique_name,
 )
-from ._service.pool import Pool, Submission
+from ._service.pool import Submission
 from ._service.run_info import RunInfo, current_run
 from ._service.schedule_data import check_target, not_bound_yet
 from ._service.scheduler import Scheduler, shutting_down
@@ -245,9 +245,9 @@ class BackgroundService:
         self._shutdown_timeout = shutdown_timeout
         self._fork_policy: ForkPolicy = fork_policy
         self._scheduler = scheduler = Scheduler(
-            self._name, clock, slack=slack, inline_below=inline_below, fork_policy=fork_policy)
-        self._pool = scheduler.pool = Pool(self._name, workers, scheduler.run_job,
-                                           shutting_down)
+            self._name, clock, slack=slack, inline_below=inline_below, fork_policy=fork_policy,
+            workers=workers)
+        self._pool = scheduler.pool
         scheduler.restart = self._restart_after_fork
         self._jobs = scheduler.jobs  # one dict: the scheduler drops cancelled jobs from it
         self._name_counts: dict[str, int] = {}
@@ -697,7 +697,7 @@ class BackgroundService:
             started = scheduler.started
             if stored is not None:
                 assert self._store is not None
-                job._stored = StoredLink(self._store, stored)
+                job._serve_from(StoredLink(self._store, stored))
             else:
                 if ScheduleAdded in scheduler.events.wanted:
                     scheduler.events.emit(ScheduleAdded(name, job._describe()))

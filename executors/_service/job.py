@@ -10,16 +10,16 @@ the scheduler's, in the job's `JobSlot`: the job reads it, only the scheduler wr
 from __future__ import annotations
 
 import contextvars
-import dataclasses
 import datetime
 import logging
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, final
+from typing import TYPE_CHECKING, Any, Literal, Protocol, final
 
 from executors import _validate
 from executors.periodic import PeriodicExecutor
 
+from .context import ServiceContext
 from .events import (
     RunFailed,
     RunFinished,
@@ -28,14 +28,17 @@ from .events import (
     SchedulePaused,
     ScheduleResumed,
 )
+from .job_statistics import JobStatistics
 from .run_info import EveryRun, RunInfo, enter_run, resolve
+from .wallclock import check_trigger
 
 if TYPE_CHECKING:
-    from .scheduler import Scheduler
-    from .stored_run import StoredLink
+    from executors.stores import ScheduleDefinition
+
     from .wallclock import TriggerLike, WallState
 
-__all__ = ("Job", "JobSlot", "JobStatistics", "OnError", "Overrun", "job_interval")
+__all__ = ("Job", "JobServer", "JobSlot", "JobStatistics", "OnError", "Overrun", "ServiceHost",
+           "StoredServer", "job_interval")
 
 logger = logging.getLogger("executors.service")
 
@@ -54,94 +57,6 @@ def job_interval(value: object) -> float:
         raise ValueError("interval must be > 0 seconds, got 0: a job due again the moment it "
                          "ends keeps a core busy; for continuous work, submit() one loop")
     return seconds
-
-
-@dataclasses.dataclass(frozen=True)
-class JobStatistics:
-    """A snapshot of one job (see `Job.statistics` and `BackgroundService.status`).
-
-    Times are on the service's clock (`time.monotonic` unless a clock was injected);
-    `next_run_in` is relative to the moment of the snapshot. Wall-clock times (the fields
-    about fire times, for ``schedule()`` and ``cron()`` jobs) are ISO 8601 strings, so that
-    `ServiceStatus.as_dict` stays ready for ``json.dumps``.
-    """
-
-    #: The job's name: ``every(name=...)``, else the function's qualified name (with ``#2``,
-    #: ``#3``... added when taken).
-    name: str
-    #: "pending" (service not started), "scheduled" (also while a due run waits for a pool
-    #: thread), "running" (a run is executing), "paused", "failed" (stopped by
-    #: ``on_error="stop"``, or its trigger raised), "finished" (its trigger has no fire time
-    #: left), "cancelled", or "closed" (the service shut down; a run that had not started by
-    #: then is dropped).
-    state: str
-    #: True if the job runs on its own `PeriodicExecutor` thread (``every(dedicated=True)``),
-    #: False if it shares the service's scheduler and worker pool.
-    dedicated: bool
-    #: The time between due runs, in seconds, as given to ``every()``; None for a wall-clock
-    #: job (``schedule()``, ``cron()``).
-    interval: float | None
-    #: Runs that finished (successfully or not); a run in progress is not counted yet.
-    runs: int
-    #: Runs that raised, over the job's life (never reset).
-    errors: int
-    #: Errors since the last successful run (what ``on_error="backoff"`` doubles its delay by).
-    consecutive_errors: int
-    #: ``"ExceptionType: message"`` of the latest run that raised, or None if no run has raised.
-    #: Kept after later successful runs.
-    last_error: str | None
-    #: When the latest run started (seconds on the service's monotonic clock), or None before
-    #: the first run.
-    last_run_at: float | None
-    #: How long the latest finished run took, in seconds, or None before the first run ends.
-    last_duration: float | None
-    #: When the next run is due (seconds on the service's monotonic clock); None unless the
-    #: job is "scheduled" (or, for a dedicated job, "running").
-    next_run_at: float | None
-    #: Seconds from this snapshot until `next_run_at` (0.0 if already due), or None when
-    #: `next_run_at` is None.
-    next_run_in: float | None
-    #: How late the latest run started after its due time, in seconds (0.0 if it started on
-    #: time), or None before the first run.
-    lateness: float | None
-    #: The largest `lateness` of any run so far, in seconds (0.0 before the first run).
-    max_lateness: float
-    #: Runs that took longer than `interval` (a failed run and the last run before a
-    #: pause, cancel or shutdown count too).
-    overruns: int
-    #: Due runs left out because an overrun ended after them (``overrun="skip"``): the next
-    #: run goes to the first due time after the overrun. Always 0 for a dedicated job.
-    skipped: int
-    #: Calls of `Job.wake()` so far, including those ignored (paused, cancelled, failed job)
-    #: and those merged into one run.
-    wake_requests: int
-    #: True while the job is light enough to run on the scheduler thread (no hand-off).
-    inline: bool
-    #: The schedule as people read it: the trigger's description (``"30 2 * * *
-    #: Europe/Berlin"``) for a wall-clock job, ``"every 60s"`` for an ``every()`` job.
-    trigger: str = ""
-    #: The next fire time in the trigger's zone (ISO 8601, with its UTC offset), or None (an
-    #: ``every()`` job, or no run is scheduled: paused, finished, cancelled, failed).
-    next_fire: str | None = None
-    #: The same instant in UTC (ISO 8601), or None.
-    next_fire_utc: str | None = None
-    #: The fire time of the latest run (UTC, ISO 8601), or None before the first run (and
-    #: for an ``every()`` job).
-    last_fire: str | None = None
-    #: The ``missed`` policy (``"latest"``, ``"all"``, ``"skip"``), or None for ``every()``.
-    missed_policy: str | None = None
-    #: Fire times missed, over the job's life (see `BackgroundService.schedule` for what a
-    #: miss is): run late or not run, each counted once.
-    missed: int = 0
-    #: Of `missed`, the fire times run anyway, late (``missed="latest"`` or ``"all"``);
-    #: ``missed - missed_run`` were not run.
-    missed_run: int = 0
-    #: Why the latest miss happened (``"stopped"``, ``"suspended"``, ``"clock_jump"``,
-    #: ``"behind"``, ``"grace"``), or None if nothing was missed.
-    last_missed_reason: str | None = None
-    #: Fire times that passed while the job was paused: skipped by intent, not run, and not
-    #: counted in `missed`.
-    skipped_paused: int = 0
 
 
 @final
@@ -202,6 +117,7 @@ class Job:
         "_backoff_max",
         "_cancelled",
         "_consecutive_errors",
+        "_context",
         "_dedicated",
         "_delay",
         "_errors",
@@ -222,7 +138,7 @@ class Job:
         "_overruns",
         "_paused",
         "_runs",
-        "_scheduler",
+        "_server",
         "_skipped",
         "_slot",
         "_stopped",
@@ -231,7 +147,7 @@ class Job:
         "_wall",
     )
 
-    def __init__(self, key: object, scheduler: Scheduler, fn: Callable[..., object],
+    def __init__(self, key: object, host: ServiceHost, fn: Callable[..., object],
                  args: tuple[object, ...], name: str, interval: float, min_interval: float,
                  jitter: float, delay: float, on_error: OnError, overrun: Overrun,
                  backoff_max: float, dedicated: bool, executor_name: str = "",
@@ -243,8 +159,10 @@ class Job:
         # run of it is an "overrun" of an interval (its overruns are counted by fire times).
         self._wall = wall
         # A schedule kept in a store: its control methods go to the store (see stored.py).
-        self._stored: StoredLink | None = None
-        self._scheduler = scheduler
+        self._stored: StoredServer | None = None
+        # Whoever serves the control methods (see `JobServer`): one call, no branching.
+        self._server: JobServer = host
+        self._context: ServiceContext = host
         self._slot = JobSlot(self)
         self._fn = fn
         self._args = args
@@ -261,7 +179,8 @@ class Job:
         if dedicated:
             self._executor = PeriodicExecutor(
                 interval, min_interval, self._dedicated_target, name=executor_name,
-                clock=scheduler.clock, fork_policy=scheduler.fork_policy)
+                clock=host.clock, fork_policy=host.fork_policy)
+            self._server = _OwnThread(self._executor, host)
         # Control flags, written by this job's own methods (lock-free stores).
         self._paused = False
         self._cancelled = False
@@ -291,14 +210,7 @@ class Job:
         the moment it starts, and the pending fire time stays.
         """
         self._wake_requests += 1
-        if self._stored is not None:
-            self._stored.control(self, "run-now")
-            return
-        executor = self._executor
-        if executor is not None:
-            executor.wake()
-            return
-        self._scheduler.request_wake(self._slot)
+        self._server.wake(self._slot)
 
     def cancel(self, dummy: object = None) -> None:
         """End the job for good; a run in progress finishes. Takes no lock (destructor-safe).
@@ -307,30 +219,13 @@ class Job:
         """
         already = self._cancelled
         self._cancelled = True
-        if self._stored is not None:
-            if not already:
-                self._stored.control(self, "remove")
-            return
-        executor = self._executor
-        if executor is not None:
-            executor.close()
-        if not already:  # one message per job: the queue stays bounded
-            self._scheduler.request_cancel(self._slot)
+        self._server.cancel(self._slot, not already)  # one message per job: a bounded queue
 
     def pause(self) -> None:
         """Stop scheduling runs until `resume()`; a run in progress finishes."""
         already = self._paused
         self._paused = True
-        if self._stored is not None:
-            self._stored.control(self, "pause")
-            return
-        if self._executor is not None:
-            self._executor.close()
-        else:
-            self._scheduler.unschedule(self._slot)
-        events = self._scheduler.events
-        if not already and SchedulePaused in events.wanted:
-            events.emit(SchedulePaused(self._name))
+        self._server.pause(self._slot, not already)
 
     def resume(self) -> None:
         """Resume a paused job: it runs at once if a run fell due while paused, else when due.
@@ -339,22 +234,9 @@ class Job:
         catch up: fire times that passed while it was paused were skipped by intent (counted
         in `JobStatistics.skipped_paused`, not as missed), and it runs at its next fire time.
         """
-        if self._stored is None and not self._paused:  # a stored job's flag is only a copy
-            return  # (a status read from before a pause may reset it): the store decides
+        was_paused = self._paused
         self._paused = False
-        if self._stored is not None:
-            self._stored.control(self, "resume")
-            return
-        executor = self._executor
-        scheduler = self._scheduler
-        skipped = 0
-        if executor is None:
-            skipped = scheduler.resumed(self._slot)
-        elif scheduler.started and not scheduler.closing and not self._cancelled:
-            executor.open()
-            executor.wake()  # a thread kept from before the pause sleeps until its due time
-        if ScheduleResumed in scheduler.events.wanted:
-            scheduler.events.emit(ScheduleResumed(self._name, skipped))
+        self._server.resume(self._slot, was_paused)
 
     def update_interval(self, interval: float) -> None:
         """Change the interval; the next run is rescheduled at once (last start + `interval`).
@@ -377,11 +259,8 @@ class Job:
                              f"({self._jitter!r})")
         # A run in progress reads the new interval when it ends.
         self._interval = seconds
-        if self._executor is not None:
-            self._executor.update_interval(seconds)
-        else:
-            self._scheduler.interval_changed(self._slot)
-        events = self._scheduler.events
+        self._server.interval_changed(self._slot)
+        events = self._context.events
         if ScheduleChanged in events.wanted:
             events.emit(ScheduleChanged(self._name, self._describe()))
 
@@ -401,16 +280,35 @@ class Job:
         if self._wall is None:
             raise TypeError(f"job {self._name!r} is an every() job: change it with "
                             "update_interval(); reschedule() is for schedule() and cron() jobs")
-        from .wallclock import check_trigger
+        self._server.reschedule(self._slot, check_trigger(trigger))
 
-        checked = check_trigger(trigger)
-        if self._stored is not None:
-            self._stored.reschedule(self, checked)
-            return
-        self._scheduler.rescheduled(self._slot, checked)
-        events = self._scheduler.events
-        if ScheduleChanged in events.wanted:
-            events.emit(ScheduleChanged(self._name, self._describe()))
+    # -- for the service's parts (each writes the job's state through these) -----------------
+
+    def _serve_from(self, link: StoredServer) -> None:
+        """A schedule kept in a store: its control methods go to the store loop."""
+        self._stored = self._server = link
+
+    def _trigger_failed(self, exc: Exception) -> None:
+        """Its trigger raised (or went backwards): the job stops, as ``on_error="stop"``."""
+        self._errors += 1
+        self._stopped = True
+        self._last_error = f"{type(exc).__name__}: {exc}"
+
+    def _set_flags(self, *, finished: bool | None = None, stopped: bool | None = None,
+                   cancelled: bool | None = None, paused: bool | None = None) -> None:
+        """Set the flags the scheduler or the store loop decided (None leaves one as it is)."""
+        if finished is not None:
+            self._finished = finished
+        if stopped is not None:
+            self._stopped = stopped
+        if cancelled is not None:
+            self._cancelled = cancelled
+        if paused is not None:
+            self._paused = paused
+
+    def _overran(self) -> None:
+        """A wall-clock run ended after its next fire time."""
+        self._overruns += 1
 
     # -- introspection ----------------------------------------------------------------------
 
@@ -457,7 +355,7 @@ class Job:
         if self._finished:
             return "finished"
         executing = self._slot.executing
-        scheduler = self._scheduler
+        scheduler = self._context
         if scheduler.closing:
             # A run queued behind a busy pool never starts once closing: it is dropped.
             return "running" if executing else "closed"
@@ -470,7 +368,7 @@ class Job:
 
     def statistics(self) -> JobStatistics:
         """A snapshot (read without a lock: counters only grow, times may be a run apart)."""
-        now = self._scheduler.clock.monotonic()
+        now = self._context.clock.monotonic()
         executor = self._executor
         state = self._state()
         if executor is not None:
@@ -548,7 +446,7 @@ class Job:
         self._last_lateness = lateness
         if lateness > self._max_lateness:
             self._max_lateness = lateness
-        scheduler = self._scheduler
+        scheduler = self._context
         info: RunInfo | EveryRun[Any] = run if run is not None else [
             self._name, start if due is None else due, scheduler.clock, None]
         # A subscriber gets a run's events if it was subscribed when the run started.
@@ -625,7 +523,7 @@ class Job:
         if self._cancelled or self._paused:
             return False
         executor = self._executor
-        monotonic = self._scheduler.clock.monotonic
+        monotonic = self._context.clock.monotonic
         # The executor's next_run_at still holds the due time this run was started for (None
         # for the first run after open(), which is due at once), and last_run_started the
         # start it schedules the next run from: report that one, not a later clock read.
@@ -647,3 +545,68 @@ class Job:
 
 def _fire_time(run: RunInfo | EveryRun[Any]) -> datetime.datetime:
     return resolve(run).fire_time
+
+
+class JobServer(Protocol):
+    """Whoever serves a job's control methods: the memory scheduler (`Scheduler`), a dedicated
+    job's own executor (`_OwnThread`), or the store loop (`StoredLink`). `Job` calls this and
+    never asks which one it has. `wake` and `cancel` take no lock (destructor-safe)."""
+
+    def wake(self, slot: JobSlot) -> None: ...
+    def cancel(self, slot: JobSlot, first: bool) -> None: ...
+    def pause(self, slot: JobSlot, first: bool) -> None: ...
+    def resume(self, slot: JobSlot, was_paused: bool) -> None: ...
+    def interval_changed(self, slot: JobSlot) -> None: ...
+    def reschedule(self, slot: JobSlot, trigger: TriggerLike) -> None: ...
+
+
+class StoredServer(JobServer, Protocol):
+    """The store loop serving a stored schedule's job (`stored_run.StoredLink`), with the
+    definition this process declared for it (replaced by `reschedule`)."""
+
+    definition: ScheduleDefinition
+
+
+class ServiceHost(ServiceContext, JobServer, Protocol):
+    """What a job is made with: its service's context, which serves shared jobs too."""
+
+
+@final
+class _OwnThread:
+    """Serves a dedicated job: its `PeriodicExecutor` runs it; the scheduler hears of its end
+    (a cancel) and of a new trigger, and announces its pauses as for any job."""
+
+    __slots__ = ("executor", "scheduler")
+
+    def __init__(self, executor: PeriodicExecutor, scheduler: ServiceHost) -> None:
+        self.executor = executor
+        self.scheduler = scheduler
+
+    def wake(self, slot: JobSlot) -> None:
+        self.executor.wake()
+
+    def cancel(self, slot: JobSlot, first: bool) -> None:
+        self.executor.close()
+        self.scheduler.cancel(slot, first)
+
+    def pause(self, slot: JobSlot, first: bool) -> None:
+        self.executor.close()
+        events = self.scheduler.events
+        if first and SchedulePaused in events.wanted:
+            events.emit(SchedulePaused(slot.job._name))
+
+    def resume(self, slot: JobSlot, was_paused: bool) -> None:
+        if not was_paused:
+            return
+        scheduler = self.scheduler
+        if scheduler.started and not scheduler.closing and not slot.job._cancelled:
+            self.executor.open()
+            self.executor.wake()  # a thread kept from before the pause sleeps until its due
+        if ScheduleResumed in scheduler.events.wanted:
+            scheduler.events.emit(ScheduleResumed(slot.job._name, 0))
+
+    def interval_changed(self, slot: JobSlot) -> None:
+        self.executor.update_interval(slot.job._interval)
+
+    def reschedule(self, slot: JobSlot, trigger: TriggerLike) -> None:
+        self.scheduler.reschedule(slot, trigger)

@@ -8,9 +8,10 @@ ones itself. Everything else talks to it by a message in its queue, lock-free:
 - `Wake(slot)` and `Cancel(slot)`: a job's `wake()` and `cancel()` (destructor-safe: a put).
 
 Wall-clock jobs (``schedule()``, ``cron()``) sit on the same heap, at the monotonic deadline of
-their next fire time; `executors._service.wallclock` computes those deadlines, watches the
-clocks for jumps at each wake-up and handles missed fire times. The loop pays for it only
-while such jobs exist (`wall_slots`).
+their next fire time; the scheduler's `WallSlots` (`executors._service.wall_slots`) computes
+those deadlines, watches the clocks for jumps at each wake-up and handles missed fire times,
+by the pure policy of `executors._service.wallclock`. The loop pays for it only while such
+jobs exist (`WallSlots.slots`).
 
 The queue stays bounded whatever the load: a job has at most one `Wake` queued (its slot's
 `wake_posted` flag) and one `Cancel` (a job is cancelled once), and nudges coalesce into one
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import heapq
 import itertools
 import queue
@@ -29,23 +31,29 @@ import random
 import sys
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Protocol, final
 
 from executors import _threads, registry
 from executors._clock import Clock, SystemClock
 from executors.periodic import ForkPolicy
 
 from . import wallclock
-from .events import Events, ScheduleRemoved
+from .events import (
+    Events,
+    ScheduleChanged,
+    SchedulePaused,
+    ScheduleRemoved,
+    ScheduleResumed,
+)
 from .job import JobSlot
+from .pool import Pool
+from .wall_slots import WallSlots
 
 if TYPE_CHECKING:
     from .job import Job
-    from .pool import Pool
-    from .stored import StoreLoop
     from .wallclock import TriggerLike
 
-__all__ = ("Cancel", "Scheduler", "Signal", "Wake", "shutting_down")
+__all__ = ("Cancel", "Producer", "Scheduler", "Signal", "Wake", "shutting_down")
 
 _INF = float("inf")
 
@@ -71,6 +79,12 @@ class Cancel:
     slot: JobSlot
 
 
+class Producer(Protocol):
+    """Another thread whose runs emit events (the store loop's): see `producers`."""
+
+    thread: threading.Thread | None
+
+
 @final
 class Scheduler:
     """The heap, its lock, the control queue and the scheduler thread of one service.
@@ -80,7 +94,7 @@ class Scheduler:
     """
 
     def __init__(self, name: str, clock: Clock, *, slack: float, inline_below: float,
-                 fork_policy: ForkPolicy) -> None:
+                 fork_policy: ForkPolicy, workers: int) -> None:
         self.name = name
         self.clock = clock
         self.fork_policy: ForkPolicy = fork_policy
@@ -96,13 +110,13 @@ class Scheduler:
         self.jobs: dict[str, Job] = {}
         self.job_runs = 0
         self.job_errors = 0
-        self.pool: Pool | None = None  # set by the service before start
-        self.store_loop: StoreLoop | None = None  # set by a service with a store
+        # Its runs, and the service's submit() (up to `workers` threads, started on demand).
+        self.pool = Pool(name, workers, self.run_job, shutting_down)
+        self.store_loop: Producer | None = None  # set by a service with a store
         self.events = Events(name, self.producers)
         # Wall-clock jobs not cancelled or finished (under the lock): while there is one, the
         # loop watches the clocks and sleeps at most wallclock.MAX_SLEEP.
-        self.wall_slots: set[JobSlot] = set()
-        self.watch = wallclock.ClockWatch(clock)
+        self.wall = WallSlots(self)
         # Called on the first control message after a fork (fork_policy="lazy").
         self.restart: Callable[[], None] = lambda: None
         self.reset()
@@ -154,14 +168,17 @@ class Scheduler:
             self.nudge_posted = True
             self.messages.put(Signal.NUDGE)
 
-    def request_wake(self, slot: JobSlot) -> None:
+    # -- the control protocol of a shared job (`JobServer`: `Job`'s control methods) --------
+
+    def wake(self, slot: JobSlot) -> None:
         slot.wake_requested = True
         if not slot.wake_posted:  # cleared by the scheduler before it reads wake_requested
             slot.wake_posted = True
             self.post(Wake(slot))
 
-    def request_cancel(self, slot: JobSlot) -> None:
-        self.post(Cancel(slot))
+    def cancel(self, slot: JobSlot, first: bool) -> None:
+        if first:  # one message per job: the queue stays bounded
+            self.post(Cancel(slot))
 
     def close(self) -> None:
         self.closing = True
@@ -172,7 +189,7 @@ class Scheduler:
         """The threads whose runs emit events (the dispatcher waits for them at close)."""
         pool = self.pool
         loop = self.store_loop
-        return [t for t in [self.thread, *(pool.threads if pool else ()),
+        return [t for t in [self.thread, *pool.threads,
                             loop.thread if loop else None] if t is not None]
 
     # -- schedule changes (from any thread) -------------------------------------------------
@@ -197,22 +214,29 @@ class Scheduler:
             self.schedule(job._slot, now + job._delay, now)
             return
         slot = job._slot
-        due = wallclock.first_due(self, job, now)
+        due = self.wall.first_due(job, now)
         if due is None:
-            wallclock.finished(self, slot)
+            self.wall.finished(slot)
             return
-        if not self.wall_slots:
-            self.watch.reset(now)  # the first wall-clock job: the drifts start from here
-        self.wall_slots.add(slot)
+        self.wall.add(slot, now)
         self.schedule(slot, due, now, jitter=False)
 
-    def unschedule(self, slot: JobSlot) -> None:
+    def pause(self, slot: JobSlot, first: bool) -> None:
         """Drop the job's heap entry (a pause): the stale entry is skipped when it surfaces."""
         with self.lock:
             slot.token += 1
             slot.due = None
+        events = self.events
+        if first and SchedulePaused in events.wanted:
+            events.emit(SchedulePaused(slot.job._name))
 
-    def resumed(self, slot: JobSlot) -> int:
+    def resume(self, slot: JobSlot, was_paused: bool) -> None:
+        if was_paused:
+            skipped = self._resumed(slot)
+            if ScheduleResumed in self.events.wanted:
+                self.events.emit(ScheduleResumed(slot.job._name, skipped))
+
+    def _resumed(self, slot: JobSlot) -> int:
         """A paused job resumed: due at once if a run fell due meanwhile, else when due (a
         wall-clock job: at its next fire time after now). Returns the fire times skipped."""
         job = slot.job
@@ -223,9 +247,9 @@ class Scheduler:
                 return 0
             now = self.clock.monotonic()
             if job._wall is not None:
-                nominal, skipped = wallclock.resume(self, slot, now)
+                nominal, skipped = self.wall.resume(slot, now)
                 if nominal is None:
-                    wallclock.finished(self, slot)
+                    self.wall.finished(slot)
                     return skipped
                 self.schedule(slot, nominal, now, jitter=False)
             else:
@@ -235,7 +259,13 @@ class Scheduler:
         self.nudge()
         return skipped
 
-    def rescheduled(self, slot: JobSlot, trigger: TriggerLike) -> None:
+    def reschedule(self, slot: JobSlot, trigger: TriggerLike) -> None:
+        self._rescheduled(slot, trigger)
+        events = self.events
+        if ScheduleChanged in events.wanted:
+            events.emit(ScheduleChanged(slot.job._name, slot.job._describe()))
+
+    def _rescheduled(self, slot: JobSlot, trigger: TriggerLike) -> None:
         """A wall-clock job's new trigger: its next fire time is the first after now and after
         the last one handled (never earlier: nothing runs twice)."""
         job = slot.job
@@ -257,12 +287,10 @@ class Scheduler:
                 return
             now = self.clock.monotonic()
             if state.fire is None:
-                wallclock.finished(self, slot)
+                self.wall.finished(slot)
                 return
-            job._finished = False
-            if not self.wall_slots:
-                self.watch.reset(now)
-            self.wall_slots.add(slot)
+            job._set_flags(finished=False)
+            self.wall.add(slot, now)
             self.schedule(slot, now + (state.fire_ts - wall), now, jitter=False)
         self.nudge()
 
@@ -294,11 +322,9 @@ class Scheduler:
         heappop = heapq.heappop
         run_job = self.run_job
         handle_all = self._handle_all
-        pool = self.pool
-        assert pool is not None
-        put_work = pool.put
-        wall_slots = self.wall_slots
-        watch = self.watch
+        put_work = self.pool.put
+        wall_slots = self.wall.slots
+        watch = self.wall.watch
         me = threading.current_thread()
         message: object = None
         while True:
@@ -318,7 +344,8 @@ class Scheduler:
                 # Wall-clock schedules: a step or a suspend moves their deadlines.
                 change = watch.check(now)
                 if change is not None:
-                    wallclock.recompute(self, now, change)
+                    self.wall.recompute(now, change,
+                                        functools.partial(self.schedule, jitter=False))
             due_slots: list[JobSlot] = []
             inline_slots: list[JobSlot] = []
             with lock:
@@ -383,7 +410,7 @@ class Scheduler:
             self.nudge_posted = False
         elif type(message) is Wake:
             slot = message.slot
-            slot.wake_posted = False  # before reading wake_requested: see request_wake
+            slot.wake_posted = False  # before reading wake_requested: see wake
             with self.lock:
                 if not slot.wake_requested or slot.due is None or slot.running:
                     return  # served already, or served when the run in progress ends
@@ -400,7 +427,7 @@ class Scheduler:
             with self.lock:
                 slot.token += 1
                 slot.due = None
-                self.wall_slots.discard(slot)
+                self.wall.slots.discard(slot)
                 if self.jobs.get(job._name) is job:
                     del self.jobs[job._name]
             if ScheduleRemoved in self.events.wanted:
@@ -430,7 +457,7 @@ class Scheduler:
         if job._wall is None:
             _, end = job._run_once(start, slot.due if slot.due is not None else due, monotonic)
         else:
-            end, wall_next = wallclock.run_due(self, slot)
+            end, wall_next = self.wall.run_due(slot)
         # Adaptive placement: a job whose pool run was shorter than inline_below runs on the
         # scheduler thread from then on (one thread wake-up per run instead of two); one that
         # is slow there goes back to the pool for good, so a job can stall the scheduler at
@@ -451,7 +478,7 @@ class Scheduler:
             nudge = self.lockstep and not self.in_flight and not inline
             slot.last_nominal = due
             if job._wall is not None and (wall_next is None or job._stopped):
-                wallclock.finished(self, slot)
+                self.wall.finished(slot)
             elif not (job._cancelled or job._paused or job._stopped or self.closing):
                 if wall_next is None:
                     self.schedule(slot, job._next_nominal(due, start, end), end)

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, final
 
+from executors import stores
 from executors._clock import SYSTEM_CLOCK
 from executors.stores import ScheduleStore
 
@@ -90,9 +91,9 @@ class WatchedStore:
         self.interrupted = True
         with self._lock:
             busy = bool(self._calls)
-        interrupt: Callable[[], object] | None = getattr(self.inner, "interrupt", None)
-        if interrupt is not None:
-            interrupt()
+        interruptible = stores.offered(self.inner, stores.SupportsInterrupt)
+        if interruptible is not None:
+            interruptible.interrupt()
         return busy
 
     def __repr__(self) -> str:

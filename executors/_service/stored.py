@@ -1,7 +1,7 @@
 """Schedules kept in a store and served by this process: declare, claim, run, renew, complete.
 
 A `BackgroundService` given a store (``BackgroundService(store="sqlite:///jobs.db")``) keeps its
-``schedule()`` and ``cron()`` jobs there as data (`executors._service.store`); `every()` and
+``schedule()`` and ``cron()`` jobs there as data (`executors.stores`); `every()` and
 `submit()` stay in memory. One thread per service, the **store loop**, does all the talking:
 
 - **Declare.** At start (and for a schedule added later) each schedule is declared by name: an
@@ -35,13 +35,11 @@ A `BackgroundService` given a store (``BackgroundService(store="sqlite:///jobs.d
   from running twice under ``on_crash="drop"`` (`executors._service.stored_faults`).
 
 The process clock is never used to decide anything: "due" and "lease expired" are the store's
-(SQLite's is read by SQLite in each process: `executors._service.sqlite_schedules`).
+(SQLite's is read by SQLite in each process: `executors.stores.SQLiteScheduleStore`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as dt
 import logging
 import math
 import os
@@ -65,17 +63,16 @@ from .schedule_data import (
 )
 from .store_calls import WatchedStore
 from .stored_declare import declare_now, retry_all, serve_declarations
-from .stored_failing import Failing, failed, succeeded
+from .stored_failing import FailingTable
 from .stored_faults import OwnRunsFirst, finish, on_crash
-from .stored_plan import UNWATCHED_AFTER, Decision, LoopPlanner, announce_missed, resume_record
-from .stored_run import StoredLink, StoredRun
-from .stored_status import ask_snapshot
+from .stored_plan import UNWATCHED_AFTER, LoopPlanner, resume_record
+from .stored_run import UNKNOWN, InFlight, StoredLink, StoredRun
+from .stored_status import Snapshots
 from .stored_trust import Trust, admit, claimable
 
 if TYPE_CHECKING:
     from .job import Job
     from .scheduler import Scheduler
-    from .wallclock import TriggerLike
 
 __all__ = (
     "BACKOFF_FIRST",
@@ -117,22 +114,6 @@ _CLOSE = object()
 _NUDGE = object()
 
 
-#: A claim whose next fire time its planner did not give (a rerun of a crashed owner's run).
-_UNKNOWN = -math.inf
-
-
-@dataclasses.dataclass(slots=True)
-class _InFlight:
-    claim: Claim
-    renew_at: float  # monotonic
-    # The record's next fire time after this claim (epoch seconds on the store's clock; None:
-    # none; _UNKNOWN: not planned here): its completion wakes the loop only if that is
-    # before the loop's wake-up.
-    next_fire: float | None = _UNKNOWN
-    lost: bool = False
-    started: bool = False  # a pool thread took the run (set before it runs anything)
-
-
 # -- the loop -------------------------------------------------------------------------------
 
 
@@ -164,16 +145,13 @@ class StoreLoop:
         self.thread: threading.Thread | None = None
         self.jobs: dict[str, Job] = {}  # declared by this process
         self.trust = Trust(Claimable(frozenset(), *serve))  # what a claim may take
-        # The claim's planner (the ``missed`` policy, `stored_plan.plan`); its crash policy
-        # is the `on_crash` method.
+        # The claim's planner (the ``missed`` policy, with what it decided and its failing
+        # plans: `stored_plan.LoopPlanner`); its crash policy is the `on_crash` method.
         self.planner = LoopPlanner(self)
         self.to_declare: dict[str, tuple[ScheduleDefinition, Job]] = {}
-        # Declarations and plans that failed, each with its own backoff (`stored_declare`).
-        self.declaring: dict[str, Failing] = {}
-        self.plans_failing: dict[str, Failing] = {}
-        self.declaration_errors = self.plan_errors = 0
-        self.searched = 0.0  # seconds the pass's plans searched (`stored_plan.plan`)
-        self.in_flight: dict[tuple[str, int], _InFlight] = {}
+        # Declarations that failed, each with its own backoff (`stored_declare`).
+        self.declaring = FailingTable(self, "declaration")
+        self.in_flight: dict[tuple[str, int], InFlight] = {}
         self.retry_completions: list[tuple[Claim, str]] = []
         # (name, token) of the completions pool threads are writing now (see `on_crash`).
         self.completing: set[tuple[str, str]] = set()
@@ -185,12 +163,6 @@ class StoreLoop:
         self.complete_many = None if many is None else many.complete_many
         self.complete_and_claim = None if both is None else both.complete_and_claim
         self.reported_lost: set[tuple[str, int]] = set()
-        self.decisions: dict[tuple[str, int], Decision] = {}
-        # name -> (the latest fire time of a group announced, the wall time up to which that
-        # group passed unwatched, or None): each later claim of an "all" walk keeps that verdict.
-        self.announced: dict[str, tuple[dt.datetime, float | None]] = {}
-        # (name, version after the claim) -> the next fire time the planner gave.
-        self.planned: dict[tuple[str, int], dt.datetime | None] = {}
         # When the loop wakes next, on the store's clock (epoch seconds); +inf while it is
         # awake: a completion nudges it only if its record is due before then.
         self.wake_at = math.inf
@@ -200,36 +172,11 @@ class StoreLoop:
         self.completed = 0
         self.lease_lost = 0
         self.store_errors = 0
-        self.snapshot: tuple[StoredSchedule, ...] | None = ()  # None: made by status()
-        self.corrupt: tuple[tuple[str, str], ...] = ()
-        # When the next refresh may start (monotonic; +inf while one is being read), and the
-        # earliest one the 5 % bound allows. Written under `lock` (see `_refresh_soon`).
-        self.snapshot_at = -math.inf
-        self.snapshot_floor = -math.inf
-        # The snapshot thread: `reader` waits on `read_now` for the loop's request.
-        self.reader: threading.Thread | None = None
-        self.read_now = threading.Event()
-        self.reader_stop = False
-        self.reading = False  # a read was asked and has not ended (under `lock`)
-        self.reader_done = False  # the snapshot thread has ended (under `lock`)
-        self.reader_releases = False  # it closes the store when its read ends (under `lock`)
-        # Per owned job, the `touches` count at the loop's latest refresh of it (a claim's next
-        # fire time): a copy read before then does not overwrite it.
-        self.touches = 0
-        self.touched: dict[str, int] = {}
+        # The copy of the records behind `status()`, its snapshot thread and the jobs'
+        # touch counts (`executors._service.stored_status`).
+        self.snapshots = Snapshots(self)
         self.unwatch: Callable[[], None] | None = None
         self.listener: threading.Thread | None = None  # the thread of `watch`, if it says
-        self.wanted = True  # status() was asked since the last refresh (or none was made)
-        # The copy behind `snapshot`: name -> (the record it was made from, declared here,
-        # the row); `mark` is the store's change mark of the copy, None for a whole read.
-        self.listed: dict[str, tuple[ScheduleRecord, bool, StoredSchedule]] = {}
-        self.broken: dict[str, str] = {}
-        self.relist: set[str] = set()  # declared or undeclared since the last refresh
-        self.mark: int | None = None
-        self.whole_at = -math.inf
-        # Record digest -> its decoded trigger (a claim plans with it; parsing a cron
-        # expression costs more than the rest of a claim).
-        self.triggers: dict[str, TriggerLike] = {}
         self.offset = 0.0  # store clock - this process's wall clock, at the latest read
         self.closing = False
         self.deadline: float | None = None  # shutdown()'s (real monotonic), once it is set
@@ -253,18 +200,12 @@ class StoreLoop:
         self.complete_many = None if many is None else many.complete_many
         self.complete_and_claim = None if both is None else both.complete_and_claim
         self.finished = []
-        self.decisions = {}
-        self.planned = {}
+        self.planner.forget()
         self.wake_at = math.inf
         self.closing = False
         self.unwatch = None  # the parent's listener (its close is a no-op here)
         self.listener = None
-        # The parent's snapshot thread is not here (a read it was making is lost: read again).
-        self.reader = None
-        self.read_now = threading.Event()
-        self.reader_stop = self.reading = self.reader_done = self.reader_releases = False
-        self.snapshot_at = -math.inf
-        self.wanted = True
+        self.snapshots.after_fork()
 
     # -- from any thread ----------------------------------------------------------------------
 
@@ -280,16 +221,8 @@ class StoreLoop:
 
     def changed(self) -> None:
         """A change made elsewhere was reported (by the store's ``watch``): look now."""
-        self._refresh_soon(bounded=True)
+        self.snapshots.refresh_soon(bounded=True)
         self.messages.put(_NUDGE)
-
-    def _refresh_soon(self, *, bounded: bool = False) -> None:
-        """Refresh the copy at the loop's next pass (`bounded`: once the 5 % bound allows).
-
-        Asked while a read is in progress, it is kept for after that read (which may have
-        read the store before the change)."""
-        with self.lock:
-            self.snapshot_at = self.snapshot_floor if bounded else -math.inf
 
     def declare(self, definition: ScheduleDefinition, job: Job) -> None:
         """Declare now if the store takes it; else the loop tries it again on its own backoff
@@ -303,12 +236,12 @@ class StoreLoop:
         except Exception as exc:
             with self.lock:
                 self.to_declare[definition.name] = (definition, job)
-            failed(self, self.declaring, "declaration", definition.name, exc, now)
+            self.declaring.failed(definition.name, exc, now)
             self.nudge()
         else:
             with self.lock:  # this declaration supersedes one still waiting
                 self.to_declare.pop(definition.name, None)
-            succeeded(self, self.declaring, "declaration", definition.name)
+            self.declaring.succeeded(definition.name)
 
     def declare_later(self, definition: ScheduleDefinition, job: Job) -> None:
         """Declare at the loop's next pass (a decorator's name is not bound yet: see
@@ -327,33 +260,27 @@ class StoreLoop:
             self.trust.renamed = True
             self.to_declare.pop(name, None)
             self.declaring.pop(name, None)
-            self.plans_failing.pop(name, None)
-            self.relist.add(name)
-            self.touched.pop(name, None)
+            self.planner.failing.pop(name, None)
+            self.snapshots.forget(name)
         if job is not None:
-            job._cancelled = True
+            job._set_flags(cancelled=True)
             with self.scheduler.lock:
                 if self.scheduler.jobs.get(name) is job:
                     del self.scheduler.jobs[name]
         events = self.scheduler.events
         if (removed or job is not None) and ScheduleRemoved in events.wanted:
             events.emit(ScheduleRemoved(name, "removed"))
-        self._refresh_soon()
-        self.wanted = True
+        self.snapshots.changed()
         self.nudge()
         return removed
 
     def status(self) -> StoreStatus:
-        self.wanted = True  # the loop refreshes the copy (at most every SNAPSHOT_EVERY)
+        snapshots = self.snapshots
+        snapshots.wanted = True  # the loop refreshes the copy (at most every SNAPSHOT_EVERY)
         with self.lock:
-            snapshot = self.snapshot
-            if snapshot is None:
-                # Sorted here, when asked, not at every refresh (10,000 names cost more
-                # than the refresh of a few changes).
-                listed = self.listed
-                snapshot = self.snapshot = tuple(listed[name][2] for name in sorted(listed))
+            snapshot = snapshots.rows()
             failing = tuple(sorted((n, f.error) for n, f in self.declaring.items()))
-            plans = tuple(sorted((n, f.error) for n, f in self.plans_failing.items()))
+            plans = tuple(sorted((n, f.error) for n, f in self.planner.failing.items()))
         # Read from the calls in progress: the hung thread need not return to be seen.
         blocked = None
         call = self.watched.blocked()
@@ -365,9 +292,9 @@ class StoreLoop:
         healthy = self.healthy and blocked is None and not failing and not plans
         return StoreStatus(self.store.display_url, self.owner, healthy, last_error,
                            self.claims, self.completed, self.lease_lost, self.store_errors,
-                           len(self.retry_completions), snapshot, self.corrupt, blocked,
-                           self.trust.refused, failing, self.declaration_errors, plans,
-                           self.plan_errors)
+                           len(self.retry_completions), snapshot, snapshots.corrupt, blocked,
+                           self.trust.refused, failing, self.declaring.errors, plans,
+                           self.planner.failing.errors)
 
     # -- the thread ---------------------------------------------------------------------------
 
@@ -388,10 +315,10 @@ class StoreLoop:
             except OwnRunsFirst:
                 # Not a store error: the claim was abandoned (nothing written); the plans it
                 # made are void, and the next pass writes or renews this process's own first.
-                self.decisions, self.planned = {}, {}
+                self.planner.forget()
                 delay = 0.0
             except Exception as exc:
-                self._failed("serve", exc)
+                self.failed("serve", exc)
                 delay = backoff
                 backoff = min(backoff * 2, BACKOFF_MAX)
             else:
@@ -426,30 +353,30 @@ class StoreLoop:
             elif action == "resume":
                 _, skipped = resume_record(store, name)
                 job = self.jobs.get(name)
-                if skipped and job is not None and job._wall is not None:
-                    job._wall.paused_skipped += skipped
+                wall = None if job is None else job._wall
+                if skipped and wall is not None:
+                    wall.paused_skipped += skipped
             elif action == "run-now":
                 store.set_next_fire(name, store.now())
             elif action == "remove":
                 self.unschedule(name)
         except Exception as exc:
-            self._failed(action, exc)
+            self.failed(action, exc)
             self.post(("control", name, action))  # again after the backoff
         else:
             if action == "remove":
                 return
-            with self.lock:  # a copy read before does not undo it on the job (`_touch`)
-                self._touch(name)
-        self._refresh_soon()
-        self.wanted = True
+            with self.lock:  # a copy read before does not undo it on the job (`touch`)
+                self.snapshots.touch(name)
+        self.snapshots.changed()
 
     def _serve(self, monotonic: Callable[[], float]) -> float:
         """One pass: declare, complete, renew, claim, refresh; the delay until the next."""
         self.wake_at = math.inf  # awake: a completion from now on nudges (see `complete`)
         serve_declarations(self, monotonic())  # each on its own: a failure stops no claim
         if self.complete_and_claim is None:
-            self._write_finished()
-        self._retry_completions()
+            self.write_finished()
+        self.write_retries()
         self._renew(monotonic())
         store = self.store
         only = claimable(self)
@@ -457,22 +384,24 @@ class StoreLoop:
             claims = store.claim(self.owner, lease=self.lease, limit=BATCH,
                                  planner=self.planner, on_crash=self.on_crash, only=only)
         else:
-            claims = self._write_finished(and_claim=True, only=only)
-        decisions, self.decisions = self.decisions, {}
-        planned, self.planned = self.planned, {}
+            claims = self.write_finished(and_claim=True, only=only)
+        decisions, planned = self.planner.take()
+        announce_missed = self.planner.announce
         for claim in claims:
             key = (claim.name, claim.version)
-            announce_missed(self, claim.name, decisions.pop(key, None))
+            decision = decisions.pop(key, None)
+            if decision is not None:  # most claims miss nothing: no call for them
+                announce_missed(claim.name, decision)
             if not admit(self, claim):
                 continue
-            next_fire: float | None = _UNKNOWN
+            next_fire: float | None = UNKNOWN
             if key in planned:
                 fire = planned[key]
                 next_fire = None if fire is None else fire.timestamp()
                 owned = self.jobs.get(claim.name)
                 if owned is not None and owned._wall is not None:
-                    with self.lock:  # a copy being read does not overwrite it (`_touch`)
-                        self._touch(claim.name)
+                    with self.lock:  # a copy being read does not overwrite it (`Snapshots.touch`)
+                        self.snapshots.touch(claim.name)
                         owned._wall.set_fire(fire)
             self._start_run(claim, monotonic(), next_fire)
         for (name, _), decision in decisions.items():
@@ -481,22 +410,20 @@ class StoreLoop:
             # announces it. (A store whose conditional write can lose a race, MongoDB, may
             # announce a plan that runs nothing twice.)
             if decision[1] == 0:
-                announce_missed(self, name, decision)
+                announce_missed(name, decision)
         if len(claims) >= BATCH:
             return 0.0  # more may be due
         now = monotonic()
-        self.wanted = self.wanted or only.serves_others  # refusals are found by the copy
-        if self.wanted and now >= self.snapshot_at and not self.reading:
-            ask_snapshot(self)
+        snapshots = self.snapshots
+        snapshots.serve(now, refusals=only.serves_others)
         store_now, earliest = store.next_due(only)
         self.offset = store_now.timestamp() - self.scheduler.clock.time()
         delay = POLL if earliest is None else (earliest - store_now).total_seconds()
         if self.in_flight:
             delay = min(delay, min(f.renew_at for f in self.in_flight.values()) - now)
-        if self.wanted and not self.reading and self.snapshot_at > now:  # put off by 5 %
-            delay = min(delay, self.snapshot_at - now)
+        delay = min(delay, snapshots.put_off(now))
         delay = max(0.0, min(delay, POLL))
-        if self.plans_failing:  # a record left due by its failed plan: no spin on it
+        if self.planner.failing:  # a record left due by its failed plan: no spin on it
             delay = max(delay, min(PLAN_RETRY_PASS, POLL))
         self.wake_at = store_now.timestamp() + delay
         return delay
@@ -508,11 +435,9 @@ class StoreLoop:
     def _start_run(self, claim: Claim, now: float, next_fire: float | None) -> None:
         self.claims += 1
         with self.lock:
-            self.in_flight[(claim.name, claim.version)] = _InFlight(
+            self.in_flight[(claim.name, claim.version)] = InFlight(
                 claim, now + self.renew_every, next_fire)
-        pool = self.scheduler.pool
-        assert pool is not None
-        pool.put(StoredRun(self, claim))  # type: ignore[arg-type]
+        self.scheduler.pool.put(StoredRun(self, claim))  # type: ignore[arg-type]
 
     def _renew(self, now: float) -> None:
         with self.lock:
@@ -559,7 +484,7 @@ class StoreLoop:
             try:
                 done = self.store.complete(claim, result)
             except Exception as exc:
-                self._failed("complete", exc)
+                self.failed("complete", exc)
                 with self.lock:
                     self.retry_completions.append((claim, result))
                 self.nudge()
@@ -575,12 +500,12 @@ class StoreLoop:
         # or still shows +inf (awake).
         # An awake loop (+inf) sleeps at most POLL after its pass: a record due later than
         # that (and a pass's length, and the clocks' offset, as slack) is seen in time.
-        next_fire = _UNKNOWN if flight is None else flight.next_fire
+        next_fire = UNKNOWN if flight is None else flight.next_fire
         horizon = self.scheduler.clock.time() + self.offset + 2 * POLL
         if next_fire is not None and next_fire <= min(self.wake_at, horizon):
             self.nudge()
 
-    def _write_finished(self, *, and_claim: bool = False, only: Claimable | None = None
+    def write_finished(self, *, and_claim: bool = False, only: Claimable | None = None
                         ) -> list[Claim]:
         """Write the completions the pool handed over, in one batch (see `complete`); with
         `and_claim`, then the pass's claim, in the same transaction (`complete_and_claim`).
@@ -614,7 +539,7 @@ class StoreLoop:
         else:
             self._lease_lost(claim, "complete")
 
-    def _retry_completions(self) -> None:
+    def write_retries(self) -> None:
         with self.lock:
             pending, self.retry_completions = self.retry_completions, []
         for i, (claim, result) in enumerate(pending):
@@ -626,7 +551,7 @@ class StoreLoop:
                 raise
             self._completed(claim, done)
 
-    def _failed(self, what: str, exc: Exception) -> None:
+    def failed(self, what: str, exc: Exception) -> None:
         self.store_errors += 1
         error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:500]
         if self.healthy or error != self.last_error:
@@ -634,11 +559,6 @@ class StoreLoop:
                          self.name, self.store.display_url, what, error)
         self.healthy = False
         self.last_error = error
-
-    def _touch(self, name: str) -> None:
-        """The loop refreshed job `name` (caller holds `lock`): copies read before stay off."""
-        self.touches += 1
-        self.touched[name] = self.touches
 
     def release(self) -> None:
         """Close the store if the service opened it (from its URL)."""

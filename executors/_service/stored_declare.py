@@ -5,7 +5,7 @@ The store loop (`executors._service.stored`) declares a schedule when it is adde
 start) and, if that fails, at its passes: each failing declaration waits its own backoff
 (`executors._service.stored_failing`), is logged as an ERROR when its error changes, counted
 (`StoreStatus.declaration_errors`) and listed with its error (`StoreStatus.declarations_failing`)
-until the store takes it. A failure is not the store's (`StoreLoop._failed`): the pass goes on
+until the store takes it. A failure is not the store's (`DeclareLoop.failed`): the pass goes on
 to its completions and claims, and the other schedules of the process keep being served. When
 the store comes back after an outage (which fails every declaration) the backoffs start again
 (`retry_all`). The first fire time is searched within the plans' time budget
@@ -16,23 +16,23 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from executors import _search_budget
 
 from . import stored_plan
 from .events import ScheduleAdded, ScheduleChanged
 from .schedule_data import check_target, trigger_of
-from .stored_failing import DECLARE_BACKOFF_FIRST, failed, succeeded
-from .stored_status import refresh_job
+from .stored_failing import DECLARE_BACKOFF_FIRST
+from .stored_status import SnapshotLoop, Snapshots, refresh_job
 
 if TYPE_CHECKING:
     from executors.stores import ScheduleDefinition
 
     from .job import Job
-    from .stored import StoreLoop
+    from .stored_failing import FailingTable
 
-__all__ = ("declare_now", "retry_all", "serve_declarations")
+__all__ = ("DeclareLoop", "declare_now", "retry_all", "serve_declarations")
 
 logger = logging.getLogger("executors.service")
 
@@ -41,7 +41,15 @@ logger = logging.getLogger("executors.service")
 _STALE = 5.0
 
 
-def declare_now(loop: StoreLoop, definition: ScheduleDefinition, job: Job) -> None:
+class DeclareLoop(SnapshotLoop, Protocol):
+    """What declaring reads of the store loop (`executors._service.stored`): its snapshots
+    (a declared record is shown at once) and its failing declarations."""
+
+    snapshots: Snapshots
+    declaring: FailingTable
+
+
+def declare_now(loop: DeclareLoop, definition: ScheduleDefinition, job: Job) -> None:
     """Declare `definition` in the store (raises what the store raises)."""
     # Checked where it is written: while a decorator runs, its name is not bound yet.
     check_target(definition.target, job.fn)
@@ -54,11 +62,9 @@ def declare_now(loop: StoreLoop, definition: ScheduleDefinition, job: Job) -> No
 
     result = loop.store.declare(definition, first_fire)
     with loop.lock:
-        loop._touch(definition.name)
+        loop.snapshots.touch(definition.name)
         refresh_job(job, result.record)
-    loop._refresh_soon()
-    loop.wanted = True
-    loop.relist.add(definition.name)  # declared here now (its row may not have changed)
+    loop.snapshots.changed(definition.name)  # declared here now (its row may not have changed)
     events = loop.scheduler.events
     if result.outcome == "replaced":
         # Not "changed": nothing of the stored state could be kept.
@@ -78,16 +84,18 @@ def declare_now(loop: StoreLoop, definition: ScheduleDefinition, job: Job) -> No
         events.emit(ScheduleAdded(definition.name, trigger.describe()))
 
 
-def serve_declarations(loop: StoreLoop, now: float) -> None:
+def serve_declarations(loop: DeclareLoop, now: float) -> None:
     """The pass's declarations: those whose backoff has passed, each on its own.
 
     Also forgets a failed plan not tried again long after its backoff: its record is no
     longer due here (another process planned it, it was paused or removed), and a failure
     nobody retries must not keep the service unhealthy."""
-    loop.searched = 0.0  # the pass's plans share one budget of search time (`stored_plan`)
+    planner = loop.planner
+    planner.new_pass()
     with loop.lock:
-        for name in [n for n, f in loop.plans_failing.items() if f.retry_at < now - _STALE]:
-            del loop.plans_failing[name]
+        plans_failing = planner.failing
+        for name in [n for n, f in plans_failing.items() if f.retry_at < now - _STALE]:
+            del plans_failing[name]
         failing = loop.declaring
         pending = [(d, job) for name, (d, job) in loop.to_declare.items()
                    if name not in failing or failing[name].retry_at <= now]
@@ -96,16 +104,16 @@ def serve_declarations(loop: StoreLoop, now: float) -> None:
         try:
             declare_now(loop, definition, job)
         except Exception as exc:
-            failed(loop, loop.declaring, "declaration", name, exc, now)
+            loop.declaring.failed(name, exc, now)
             continue
         with loop.lock:
             # Declared again meanwhile (a reschedule): that one is still to do.
             if loop.to_declare.get(name, (None,))[0] is definition:
                 del loop.to_declare[name]
-        succeeded(loop, loop.declaring, "declaration", name)
+        loop.declaring.succeeded(name)
 
 
-def retry_all(loop: StoreLoop, now: float) -> None:
+def retry_all(loop: DeclareLoop, now: float) -> None:
     """The store answers again after an outage, which failed every declaration: try them all
     at the next pass, not after their backoffs."""
     with loop.lock:

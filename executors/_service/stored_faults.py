@@ -22,20 +22,24 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from executors import _threads
 
-from .stored_status import stop_snapshots
-from .stored_trust import on_crash_of
+from .stored_trust import TrustLoop, on_crash_of
 
 if TYPE_CHECKING:
-    from executors.stores import ScheduleRecord
+    from collections.abc import Callable
 
-    from .stored import StoreLoop
+    from executors.stores import Claim, ScheduleRecord
 
-__all__ = ("INTERRUPT_BEFORE", "OwnRunsFirst", "finish", "helper_threads", "interrupt_blocked",
-           "on_crash")
+    from .scheduler import Scheduler
+    from .store_calls import WatchedStore
+    from .stored_run import InFlight
+    from .stored_status import Snapshots
+
+__all__ = ("INTERRUPT_BEFORE", "FaultLoop", "OwnRunsFirst", "finish", "helper_threads",
+           "interrupt_blocked", "on_crash")
 
 logger = logging.getLogger("executors.service")
 
@@ -48,11 +52,35 @@ INTERRUPT_BEFORE = 1.0
 _HUNG = 0.25
 
 
+class FaultLoop(TrustLoop, Protocol):
+    """What the crash policy and closing read and call of the store loop
+    (`executors._service.stored`): its claims and completions, its helper threads."""
+
+    owner: str
+    in_flight: dict[tuple[str, int], InFlight]
+    completing: set[tuple[str, str]]
+    finished: list[tuple[Claim, str]]
+    retry_completions: list[tuple[Claim, str]]
+    unwatch: Callable[[], None] | None
+    listener: threading.Thread | None
+    watched: WatchedStore
+    snapshots: Snapshots
+
+    @property
+    def scheduler(self) -> Scheduler: ...
+
+    def write_finished(self) -> object: ...
+
+    def write_retries(self) -> None: ...
+
+    def release(self) -> None: ...
+
+
 class OwnRunsFirst(Exception):
     """A claim met an expired lease of a run still in this process (see `on_crash`)."""
 
 
-def on_crash(loop: StoreLoop, record: ScheduleRecord) -> Literal["drop", "rerun"]:
+def on_crash(loop: FaultLoop, record: ScheduleRecord) -> Literal["drop", "rerun"]:
     """The claims' ``on_crash``: the schedule's policy for a run whose lease expired, but for
     a run of this process still here, `OwnRunsFirst` (see the module docstring)."""
     token = record.claim_token
@@ -70,7 +98,7 @@ def on_crash(loop: StoreLoop, record: ScheduleRecord) -> Literal["drop", "rerun"
     return on_crash_of(loop, record)  # the declaration's policy (the code's, not the store's)
 
 
-def finish(loop: StoreLoop) -> None:
+def finish(loop: FaultLoop) -> None:
     """Closing (the store thread): wait for the runs in progress to record their end, then
     let go."""
     if loop.unwatch is not None:
@@ -78,21 +106,21 @@ def finish(loop: StoreLoop) -> None:
         loop.unwatch = None
     pool = loop.scheduler.pool
     # The caller of shutdown() and the dispatcher wait for them too: one joiner at a time.
-    for thread in list(pool.threads if pool is not None else ()):
+    for thread in list(pool.threads):
         _threads.join(thread)
     try:
-        loop._write_finished()
-        loop._retry_completions()
+        loop.write_finished()
+        loop.write_retries()
     except Exception as exc:
         logger.error("%s: %d completion(s) not recorded at shutdown (%s): their lease "
                      "expires and on_crash settles them", loop.name,
                      len(loop.retry_completions), exc)
     _give_back_unstarted(loop)
-    if stop_snapshots(loop):
+    if loop.snapshots.stop():
         loop.release()
 
 
-def _give_back_unstarted(loop: StoreLoop) -> None:
+def _give_back_unstarted(loop: FaultLoop) -> None:
     """Closing, the pool's threads ended: a claim no thread took (made as the service
     closed, queued behind the pool's stop) goes back to the store, due again at once for
     any owner, instead of holding its schedule for a lease and ending as a crash."""
@@ -112,13 +140,13 @@ def _give_back_unstarted(loop: StoreLoop) -> None:
                     "back to the store", loop.name, claim.name, claim.fire_time.isoformat())
 
 
-def helper_threads(loop: StoreLoop) -> list[threading.Thread]:
+def helper_threads(loop: FaultLoop) -> list[threading.Thread]:
     """The loop's threads besides the store thread: the snapshot thread and the store's
     listener (`shutdown()` waits for them and counts them in its report)."""
-    return [t for t in (loop.reader, loop.listener) if t is not None]
+    return [t for t in (loop.snapshots.reader, loop.listener) if t is not None]
 
 
-def interrupt_blocked(loop: StoreLoop) -> bool:
+def interrupt_blocked(loop: FaultLoop) -> bool:
     """At the shutdown's interruption point: if a store call has been in progress for a
     while, interrupt every call and refuse the later ones (logged). True if it did."""
     blocked = loop.watched.blocked()

@@ -1,8 +1,9 @@
 """The ``missed`` policy of stored schedules: planning a claim, announcing a miss, resuming.
 
-The store loop (`executors._service.stored`) hands `plan` to the store's claim: it applies the
-``missed`` policy with the same pure function as memory schedules (`wallclock.decide`), inside
-the claim's conditional update, so it is applied once however many processes serve the store.
+The store loop (`executors._service.stored`) hands its `LoopPlanner` to the store's claim,
+which owns what it decides until the loop takes it: it applies the ``missed`` policy with
+the same pure function as memory schedules (`wallclock.decide`), inside the claim's
+conditional update, so it is applied once however many processes serve the store.
 A fire time still unclaimed `UNWATCHED_AFTER` after it came due passed unwatched (reason
 ``"stopped"``), as in memory after a restart with ``since``: ``"skip"`` runs none of them. A
 group of missed fire times is announced once by the process that meets it (``"all"`` walks it
@@ -15,25 +16,27 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import threading
 import time
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Protocol, final
 
 from executors import _search_budget
 from executors.stores import Plan, ScheduleRecord, ScheduleStore
 from executors.triggers import AllOf
 
-from .events import RunMissed
 from .schedule_data import trigger_of
-from .stored_failing import failed, succeeded
+from .stored_failing import FailingTable
 from .stored_trust import declaration
 from .wallclock import WALK_BOUND, decide
+from .wallclock import announce_missed as announce
 
 if TYPE_CHECKING:
-    from .stored import StoreLoop
+    from .context import ServiceContext
+    from .job import Job
     from .wallclock import Missed, TriggerLike
 
-__all__ = ("PLAN_BUDGET", "UNWATCHED_AFTER", "Decision", "LoopPlanner", "announce_missed",
-           "plan", "resume_record", "trigger_for")
+__all__ = ("PLAN_BUDGET", "UNWATCHED_AFTER", "Decision", "LoopPlanner", "PlanLoop",
+           "resume_record")
 
 logger = logging.getLogger("executors.service")
 
@@ -52,18 +55,6 @@ _TRIGGERS_KEPT = 100_000
 Decision = tuple[int, int, dt.datetime, dt.datetime, str, str, bool]
 
 
-def trigger_for(loop: StoreLoop, record: ScheduleRecord) -> TriggerLike:
-    """`record`'s stored trigger, decoded once per trigger data (keyed by the data itself:
-    the record's digest field is only what its writer says)."""
-    key = json.dumps(record.definition.trigger, sort_keys=True)
-    trigger = loop.triggers.get(key)
-    if trigger is None:
-        trigger = trigger_of(record.definition.trigger)
-        if len(loop.triggers) >= _TRIGGERS_KEPT:
-            loop.triggers.clear()
-        loop.triggers[key] = trigger
-    return trigger
-
 def _searches(trigger: TriggerLike) -> bool:
     """Whether `trigger` holds an `executors.AllOf` (the search that can be long)."""
     stack: list[object] = [trigger]
@@ -75,127 +66,175 @@ def _searches(trigger: TriggerLike) -> bool:
     return False
 
 
-def plan(loop: StoreLoop, record: ScheduleRecord, now: dt.datetime) -> Plan | None:
-    """The ``missed`` policy on a due record, at the store's `now` (`wallclock.decide`), with
-    the trigger and policies of this process's declaration (the record's only for a record
-    written elsewhere that ``serve=`` admits).
+class PlanLoop(Protocol):
+    """What a planner reads of its store loop: its name, lock and store (the failing plans'
+    log), the jobs it declares (their declarations win over the record's) and its service."""
 
-    None leaves the record as it is (not claimed, not moved, nothing counted): its trigger
-    search outlasted `PLAN_BUDGET` (logged, listed in `StoreStatus.plans_failing`, tried
-    again on its own backoff), it is waiting out that backoff, or the pass's plans have
-    searched for `PLAN_BUDGET` in all (it is planned at the next pass).
+    name: str
+    lock: threading.Lock
+    store: ScheduleStore
+    jobs: dict[str, Job]
 
-    Missed fire times are counted with one definition everywhere (`wallclock.Decision`): run
-    late or not run. The record's ``missed`` counter adds what each claim handles, so a group
-    walked over several claims (``"all"``) adds up to what was announced for it.
-    """
-    declared = declaration(loop, record.name)
-    options = record.definition.options if declared is None else declared[0].options
-    first = record.next_fire
-    assert first is not None
-    name = record.name
-    mono = loop.scheduler.clock.monotonic()
-    failing = loop.plans_failing.get(name)
-    if failing is not None and failing.retry_at > mono:
-        return None
-    began = time.monotonic()
-    try:
-        trigger = trigger_for(loop, record) if declared is None else declared[1]
-        if loop.searched >= PLAN_BUDGET and _searches(trigger):
-            # The pass's plans have searched for PLAN_BUDGET already (slow plans of other
-            # schedules): the rest that may search long wait for the next pass, unmoved and
-            # not failed, so no pass stalls the loop; the others are planned as usual.
-            return None
-        # Searching a trigger (an AllOf whose members rarely agree) can take long; in a
-        # claim it may hold the store's lock: over budget, it is this schedule's failure.
-        with _search_budget.budget(PLAN_BUDGET):
-            policy: Missed = options.get("missed", "latest")  # type: ignore[assignment]
-            # Fire times left unclaimed past UNWATCHED_AFTER passed unwatched, up to now, as
-            # in memory after a restart with `since`: "skip" runs none of them (the store
-            # cannot see a stop, only that nobody claimed them in time).
-            at = now.timestamp()
-            announced = loop.announced.get(name)
-            walked = announced is not None and first <= announced[0]
-            if announced is not None and walked:
-                # A later claim of an "all" walk: the group was judged when it was announced
-                # (its latest fire time may be within UNWATCHED_AFTER of now by this claim).
-                unwatched = None if announced[1] is None else ("stopped", announced[1])
-            elif at - first.timestamp() > UNWATCHED_AFTER:
-                unwatched = ("stopped", at)
-            else:
-                unwatched = None
-            d = decide(trigger, first, trigger.next_after(first), at, policy,
-                       int(options.get("max_missed", 100)),  # type: ignore[call-overload]
-                       options.get("grace"), unwatched)  # type: ignore[arg-type]
-    except _search_budget.SearchTimeout as exc:
-        failed(loop, loop.plans_failing, "plan", name, exc, mono)
-        return None
-    except Exception:
-        logger.exception("%s: the trigger of stored schedule %r failed; it stops (no "
-                         "next fire time)", loop.name, name)
-        return Plan(None, None, 0)
-    finally:
-        loop.searched += time.monotonic() - began
-    if failing is not None:
-        succeeded(loop, loop.plans_failing, "plan", name)
-    key = (name, record.version + 1)
-    if policy == "all" and len(d.runs) > 1:
-        # One fire time per claim: the next claim takes the next one (a group of due
-        # fire times is walked once, here, and the rest stay due in the record). This
-        # claim counts the ones it drops and the one it runs (late: a later one is due).
-        plan = Plan(d.runs[0], d.runs[1], d.count - len(d.runs) + 1)
-    else:
-        plan = Plan(d.runs[-1] if d.runs else None, d.next_fire, d.missed)
-    loop.planned[key] = plan.next_fire
-    if d.missed and not walked:
-        # Once a group: "all" walks it one claim at a time, and each later claim of the
-        # walk sees the rest of the group this process has announced already.
-        loop.announced[name] = (d.last, None if unwatched is None else unwatched[1])
-        loop.decisions[key] = (
-            d.missed, d.ran, first, d.last_missed, d.reason, policy, d.truncated)
-    return plan
+    @property
+    def scheduler(self) -> ServiceContext: ...
 
 
 @final
 class LoopPlanner:
-    """A store loop's planner: `plan` with the loop. A store that plans outside its write
-    lock (SQLite) tells `lost` of each plan whose conditional write lost to another writer:
-    its miss, if it runs nothing, is the winner's to announce (announced once)."""
+    """A store loop's planner (the claims' `Planner`): the ``missed`` policy on each due
+    record, and what it decided until the loop takes it: the misses to announce
+    (`decisions`), the next fire times (`planned`), the groups announced (`announced`), the
+    plans failing (`failing`), the decoded triggers and the pass's search time. A store that
+    plans outside its write lock (SQLite) tells `lost` of each plan whose conditional write
+    lost to another writer: its miss, if it runs nothing, is the winner's to announce
+    (announced once)."""
 
-    __slots__ = ("loop",)
+    __slots__ = ("announced", "decisions", "failing", "loop", "planned", "searched",
+                 "triggers")
 
-    def __init__(self, loop: StoreLoop) -> None:
+    def __init__(self, loop: PlanLoop) -> None:
         self.loop = loop
+        self.failing = FailingTable(loop, "plan")
+        self.searched = 0.0  # seconds the pass's plans searched (the pass's budget)
+        # (name, version after the claim) -> the miss to announce, and the next fire time.
+        self.decisions: dict[tuple[str, int], Decision] = {}
+        self.planned: dict[tuple[str, int], dt.datetime | None] = {}
+        # name -> (the latest fire time of a group announced, the wall time up to which that
+        # group passed unwatched, or None): each later claim of an "all" walk keeps that verdict.
+        self.announced: dict[str, tuple[dt.datetime, float | None]] = {}
+        # Record digest -> its decoded trigger (a claim plans with it; parsing a cron
+        # expression costs more than the rest of a claim).
+        self.triggers: dict[str, TriggerLike] = {}
 
     def __call__(self, record: ScheduleRecord, now: dt.datetime) -> Plan | None:
-        return plan(self.loop, record, now)
+        """The ``missed`` policy on a due record, at the store's `now` (`wallclock.decide`), with
+        the trigger and policies of this process's declaration (the record's only for a record
+        written elsewhere that ``serve=`` admits).
+
+        None leaves the record as it is (not claimed, not moved, nothing counted): its trigger
+        search outlasted `PLAN_BUDGET` (logged, listed in `StoreStatus.plans_failing`, tried
+        again on its own backoff), it is waiting out that backoff, or the pass's plans have
+        searched for `PLAN_BUDGET` in all (it is planned at the next pass).
+
+        Missed fire times are counted with one definition everywhere (`wallclock.Decision`): run
+        late or not run. The record's ``missed`` counter adds what each claim handles, so a group
+        walked over several claims (``"all"``) adds up to what was announced for it.
+        """
+        declared = declaration(self.loop.jobs, record.name)
+        options = record.definition.options if declared is None else declared[0].options
+        first = record.next_fire
+        assert first is not None
+        name = record.name
+        mono = self.loop.scheduler.clock.monotonic()
+        failing = self.failing.get(name)
+        if failing is not None and failing.retry_at > mono:
+            return None
+        began = time.monotonic()
+        try:
+            trigger = self.trigger_for(record) if declared is None else declared[1]
+            if self.searched >= PLAN_BUDGET and _searches(trigger):
+                # The pass's plans have searched for PLAN_BUDGET already (slow plans of other
+                # schedules): the rest that may search long wait for the next pass, unmoved and
+                # not failed, so no pass stalls the loop; the others are planned as usual.
+                return None
+            # Searching a trigger (an AllOf whose members rarely agree) can take long; in a
+            # claim it may hold the store's lock: over budget, it is this schedule's failure.
+            with _search_budget.budget(PLAN_BUDGET):
+                policy: Missed = options.get("missed", "latest")  # type: ignore[assignment]
+                # Fire times left unclaimed past UNWATCHED_AFTER passed unwatched, up to now, as
+                # in memory after a restart with `since`: "skip" runs none of them (the store
+                # cannot see a stop, only that nobody claimed them in time).
+                at = now.timestamp()
+                announced = self.announced.get(name)
+                walked = announced is not None and first <= announced[0]
+                if walked:
+                    # A later claim of an "all" walk: the group was judged when it was announced
+                    # (its latest fire time may be within UNWATCHED_AFTER of now by this claim).
+                    assert announced is not None
+                    unwatched = None if announced[1] is None else ("stopped", announced[1])
+                elif at - first.timestamp() > UNWATCHED_AFTER:
+                    unwatched = ("stopped", at)
+                else:
+                    unwatched = None
+                d = decide(trigger, first, trigger.next_after(first), at, policy,
+                           int(options.get("max_missed", 100)),  # type: ignore[call-overload]
+                           options.get("grace"), unwatched)  # type: ignore[arg-type]
+        except _search_budget.SearchTimeout as exc:
+            self.failing.failed(name, exc, mono)
+            return None
+        except Exception:
+            logger.exception("%s: the trigger of stored schedule %r failed; it stops (no "
+                             "next fire time)", self.loop.name, name)
+            return Plan(None, None, 0)
+        finally:
+            self.searched += time.monotonic() - began
+        if failing is not None:
+            self.failing.succeeded(name)
+        key = (name, record.version + 1)
+        if policy == "all" and len(d.runs) > 1:
+            # One fire time per claim: the next claim takes the next one (a group of due
+            # fire times is walked once, here, and the rest stay due in the record). This
+            # claim counts the ones it drops and the one it runs (late: a later one is due).
+            plan = Plan(d.runs[0], d.runs[1], d.count - len(d.runs) + 1)
+        else:
+            plan = Plan(d.runs[-1] if d.runs else None, d.next_fire, d.missed)
+        self.planned[key] = plan.next_fire
+        if d.missed and not walked:
+            # Once a group: "all" walks it one claim at a time, and each later claim of the
+            # walk sees the rest of the group this process has announced already.
+            self.announced[name] = (d.last, None if unwatched is None else unwatched[1])
+            self.decisions[key] = (
+                d.missed, d.ran, first, d.last_missed, d.reason, policy, d.truncated)
+        return plan
+
+    def new_pass(self) -> None:
+        """A pass of the loop begins: its plans share one budget of search time."""
+        self.searched = 0.0
 
     def lost(self, name: str, version: int) -> None:
         """The plan of `name` that would have written `version` was not written."""
-        self.loop.decisions.pop((name, version), None)
+        self.decisions.pop((name, version), None)
 
+    def take(self) -> tuple[dict[tuple[str, int], Decision],
+                            dict[tuple[str, int], dt.datetime | None]]:
+        """The pass's decisions and next fire times, for the loop (the planner starts anew)."""
+        decisions, self.decisions = self.decisions, {}
+        planned, self.planned = self.planned, {}
+        return decisions, planned
 
-def announce_missed(loop: StoreLoop, name: str, decision: Decision | None) -> None:
-    if decision is None:
-        return
-    missed, ran, first, last, reason, policy, truncated = decision
-    logger.warning("schedule %r missed %s%d fire time(s) from %s to %s (%s); missed=%r "
-                   "ran %d of them", name, "at least " if truncated else "", missed,
-                   first.isoformat(), last.isoformat(), reason, policy, ran)
-    job = loop.jobs.get(name)
-    if job is not None and job._wall is not None:
-        job._wall.missed_count += missed
-        job._wall.missed_run += ran
-        job._wall.last_reason = reason
-    events = loop.scheduler.events
-    if RunMissed in events.wanted:
-        events.emit(RunMissed(name, missed, ran, first, last, reason, policy,
-                              truncated))
+    def forget(self) -> None:
+        """The pass's plans are void (its claim was abandoned, or this is a forked child)."""
+        self.decisions, self.planned = {}, {}
+
+    def trigger_for(self, record: ScheduleRecord) -> TriggerLike:
+        """`record`'s stored trigger, decoded once per trigger data (keyed by the data itself:
+        the record's digest field is only what its writer says)."""
+        key = json.dumps(record.definition.trigger, sort_keys=True)
+        triggers = self.triggers
+        trigger = triggers.get(key)
+        if trigger is None:
+            trigger = trigger_of(record.definition.trigger)
+            if len(triggers) >= _TRIGGERS_KEPT:
+                triggers.clear()
+            triggers[key] = trigger
+        return trigger
+
+    def announce(self, name: str, decision: Decision) -> None:
+        """Announce a miss the loop's claims (or plans that ran nothing) decided."""
+        job = self.loop.jobs.get(name)
+        missed, ran, first, last, reason, policy, truncated = decision
+        announce(self.loop.scheduler.events, "schedule", name,
+                 None if job is None else job._wall,
+                 missed, ran, first, last, reason, policy, truncated)
+
+    def __repr__(self) -> str:
+        return (f"<LoopPlanner pending={len(self.decisions)} failing={len(self.failing)} "
+                f"triggers={len(self.triggers)}>")
 
 
 def resume_record(store: ScheduleStore, name: str) -> tuple[bool, int]:
     """Resume the stored schedule `name`: the fire times that passed while it was paused are
-    skipped by intent, as in memory (`wallclock.resume`): not run, not missed; it runs at its
+    skipped by intent, as in memory (`WallSlots.resume`): not run, not missed; it runs at its
     next fire time after the store's now. ``(found, skipped)``; used by the service and by
     ``executors schedules resume``."""
     record = store.get(name)

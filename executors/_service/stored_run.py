@@ -13,23 +13,60 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal, final
+from typing import TYPE_CHECKING, Protocol, final
 
 from .run_info import RunInfo
 from .schedule_data import resolve_target, trigger_of
-from .stored_trust import give_back
+from .stored_trust import TrustLoop, give_back
 
 if TYPE_CHECKING:
     from executors.stores import Claim, ScheduleDefinition
 
-    from .job import Job
-    from .stored import StoreLoop
+    from .job import Job, JobSlot, ServiceHost
     from .wallclock import TriggerLike
 
-__all__ = ("StoredLink", "StoredRun", "run_claim")
+__all__ = ("UNKNOWN", "InFlight", "RunLoop", "StoredLink", "StoredRun", "run_claim")
 
 logger = logging.getLogger("executors.service")
+
+
+#: A claim whose next fire time its planner did not give (a rerun of a crashed owner's run).
+UNKNOWN = -math.inf
+
+
+@dataclasses.dataclass(slots=True)
+class InFlight:
+    """A claim of this process, from its claim until its completion is written."""
+
+    claim: Claim
+    renew_at: float  # monotonic
+    # The record's next fire time after this claim (epoch seconds on the store's clock; None:
+    # none; UNKNOWN: not planned here): its completion wakes the loop only if that is
+    # before the loop's wake-up.
+    next_fire: float | None = UNKNOWN
+    lost: bool = False
+    started: bool = False  # a pool thread took the run (set before it runs anything)
+
+
+class RunLoop(TrustLoop, Protocol):
+    """What a stored schedule's job and runs read and call of the store loop
+    (`executors._service.stored`)."""
+
+    #: This process's claims, by (name, version).
+    in_flight: dict[tuple[str, int], InFlight]
+    #: The store's clock minus this process's wall clock, at the latest read (seconds).
+    offset: float
+
+    @property
+    def scheduler(self) -> ServiceHost: ...
+
+    def post(self, message: object) -> None: ...
+
+    def declare(self, definition: ScheduleDefinition, job: Job) -> None: ...
+
+    def complete(self, claim: Claim, result: str) -> None: ...
 
 
 @final
@@ -38,25 +75,43 @@ class StoredLink:
 
     __slots__ = ("definition", "loop")
 
-    def __init__(self, loop: StoreLoop, definition: ScheduleDefinition) -> None:
+    def __init__(self, loop: RunLoop, definition: ScheduleDefinition) -> None:
         self.loop = loop
         self.definition = definition
 
-    def control(self, job: Job, action: Literal["pause", "resume", "run-now", "remove"]
-                ) -> None:
-        """A lock-free put: the store loop performs it (cancel is destructor-safe)."""
-        self.loop.post(("control", job._name, action))
+    # The control protocol (`JobServer`): lock-free puts the store loop performs (cancel is
+    # destructor-safe). The job's flags are only a copy: the store decides, and the store
+    # loop announces what it did (no event here).
 
-    def reschedule(self, job: Job, trigger: TriggerLike) -> None:
+    def wake(self, slot: JobSlot) -> None:
+        self.loop.post(("control", slot.job._name, "run-now"))
+
+    def cancel(self, slot: JobSlot, first: bool) -> None:
+        if first:
+            self.loop.post(("control", slot.job._name, "remove"))
+
+    def pause(self, slot: JobSlot, first: bool) -> None:
+        self.loop.post(("control", slot.job._name, "pause"))
+
+    def resume(self, slot: JobSlot, was_paused: bool) -> None:
+        # Even if the copy says "not paused": a status read from before a pause may reset it.
+        self.loop.post(("control", slot.job._name, "resume"))
+
+    def interval_changed(self, slot: JobSlot) -> None:
+        raise AssertionError("a stored schedule has a trigger, not an interval")
+
+    def reschedule(self, slot: JobSlot, trigger: TriggerLike) -> None:
         """Declare the schedule again with the new trigger (a changed definition)."""
         definition = dataclasses.replace(self.definition, trigger=trigger.to_data())
         self.definition = definition
-        assert job._wall is not None
-        job._wall.trigger = trigger
+        job = slot.job
+        wall = job._wall
+        assert wall is not None
+        wall.trigger = trigger
         self.loop.declare(definition, job)
 
 
-def run_claim(loop: StoreLoop, claim: Claim) -> None:
+def run_claim(loop: RunLoop, claim: Claim) -> None:
     """Run one claimed fire time (on a pool thread) and record its end."""
     scheduler = loop.scheduler
     with loop.lock:
@@ -91,18 +146,19 @@ def run_claim(loop: StoreLoop, claim: Claim) -> None:
     # Lateness against the store's clock (the offset measured at the latest read).
     lateness = clock.time() + loop.offset - claim.fire_time.timestamp()
     call = functools.partial(fn, *definition.args, **definition.kwargs)
-    if job._wall is not None:
-        job._wall.last_fire = claim.fire_time
+    wall = job._wall
+    if wall is not None:
+        wall.last_fire = claim.fire_time
     failed, _ = job._run_once(start, start - max(0.0, lateness), monotonic,
                               RunInfo(claim.name, claim.fire_time, claim.attempt), call)
     result = "ok" if not failed else f"error: {job._last_error}"[:500]
     loop.complete(claim, result)
     if failed and definition.options.get("on_error") == "stop":
-        job._stopped = True
+        job._set_flags(stopped=True)
         loop.post(("control", claim.name, "pause"))
 
 
-def _undeclared_job(loop: StoreLoop, name: str, fn: Callable[..., object],
+def _undeclared_job(loop: RunLoop, name: str, fn: Callable[..., object],
                     definition: ScheduleDefinition) -> Job:
     from .job import NO_PUBLIC_CONSTRUCTOR, Job
     from .wallclock import WallState
@@ -111,7 +167,7 @@ def _undeclared_job(loop: StoreLoop, name: str, fn: Callable[..., object],
     wall = WallState(trigger, "latest", 100, None, None)
     job = Job(NO_PUBLIC_CONSTRUCTOR, loop.scheduler, fn, (), name, float("inf"), 0.0, 0.0,
               0.0, "continue", "skip", 0.0, False, "", wall)
-    job._stored = StoredLink(loop, definition)
+    job._serve_from(StoredLink(loop, definition))
     return job
 
 
@@ -121,7 +177,7 @@ class StoredRun:
 
     __slots__ = ("claim", "loop")
 
-    def __init__(self, loop: StoreLoop, claim: Claim) -> None:
+    def __init__(self, loop: RunLoop, claim: Claim) -> None:
         self.loop = loop
         self.claim = claim
 

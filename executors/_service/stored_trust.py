@@ -1,5 +1,5 @@
 """What the store loop runs: its own declarations, and records written elsewhere only when
-``serve=`` admits their target (the rule is `executors._service.claimable`'s).
+``serve=`` admits their target (the rule is `executors.stores`'s).
 
 The loop (`executors._service.stored`) gives every claim its `Claimable` (the names this
 process declares, and the allowlist), so the store reads nothing else. What comes back is
@@ -15,20 +15,21 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Literal
+import threading
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from executors.stores import Claimable
 
 if TYPE_CHECKING:
-    from executors.stores import Claim, ScheduleDefinition, ScheduleRecord
+    from executors.stores import Claim, ScheduleDefinition, ScheduleRecord, ScheduleStore
 
+    from .context import ServiceContext
     from .job import Job
-    from .stored import StoreLoop
     from .wallclock import TriggerLike
 
-__all__ = ("REPAIR_AGAIN", "Trust", "admit", "claimable", "declaration", "give_back",
-           "note_refused", "on_crash_of")
+__all__ = ("REPAIR_AGAIN", "Trust", "TrustLoop", "admit", "claimable", "declaration",
+           "give_back", "note_refused", "on_crash_of")
 
 logger = logging.getLogger("executors.service")
 
@@ -39,6 +40,24 @@ _REMEMBERED = 10_000
 #: two deploys serving one store each write theirs back once, not on every claim, and the one
 #: still running after the other stopped restores its own within this bound.
 REPAIR_AGAIN = 600.0
+
+
+class TrustLoop(Protocol):
+    """What the trust checks read and call of their store loop (`executors._service.stored`)."""
+
+    name: str
+    lock: threading.Lock
+    store: ScheduleStore
+    jobs: dict[str, Job]
+    trust: Trust
+    to_declare: dict[str, tuple[ScheduleDefinition, Job]]
+
+    @property
+    def scheduler(self) -> ServiceContext: ...
+
+    def nudge(self) -> None: ...
+
+    def failed(self, what: str, exc: Exception) -> None: ...
 
 
 @dataclasses.dataclass(slots=True)
@@ -57,7 +76,7 @@ class Trust:
     refused: int = 0
 
 
-def claimable(loop: StoreLoop) -> Claimable:
+def claimable(loop: TrustLoop) -> Claimable:
     """The `Claimable` of the loop's next claim: a new one only when the declared names
     changed (a store keeps what it derives from one while it is given the same object)."""
     trust = loop.trust
@@ -70,24 +89,25 @@ def claimable(loop: StoreLoop) -> Claimable:
     return trust.claimable
 
 
-def declaration(loop: StoreLoop, name: str
+def declaration(jobs: Mapping[str, Job], name: str
                 ) -> tuple[ScheduleDefinition, TriggerLike] | None:
-    """This process's declaration of `name` and its trigger, or None if it declares none."""
-    job = loop.jobs.get(name)
+    """This process's declaration of `name` and its trigger, or None if it declares none
+    (`jobs`: the store loop's, those this process declares)."""
+    job = jobs.get(name)
     link = None if job is None else job._stored
     if job is None or link is None or job._wall is None:
         return None
     return link.definition, job._wall.trigger
 
 
-def on_crash_of(loop: StoreLoop, record: ScheduleRecord) -> Literal["drop", "rerun"]:
+def on_crash_of(loop: TrustLoop, record: ScheduleRecord) -> Literal["drop", "rerun"]:
     """`record`'s ``on_crash`` policy: the declaration's when this process declares it."""
-    declared = declaration(loop, record.name)
+    declared = declaration(loop.jobs, record.name)
     options = record.definition.options if declared is None else declared[0].options
     return "rerun" if options.get("on_crash") == "rerun" else "drop"
 
 
-def admit(loop: StoreLoop, claim: Claim) -> bool:
+def admit(loop: TrustLoop, claim: Claim) -> bool:
     """Whether to run `claim`, just made (the loop): declared here (its record repaired if it
     differs from the declaration), or admitted by the allowlist. A claim of neither (its
     schedule was removed here since the claim's names were taken) is given back unrun."""
@@ -111,7 +131,7 @@ def _differences(stored: ScheduleDefinition, declared: ScheduleDefinition) -> st
     return ", ".join(parts) or "types of values"
 
 
-def _repair(loop: StoreLoop, stored: ScheduleDefinition, declared: ScheduleDefinition,
+def _repair(loop: TrustLoop, stored: ScheduleDefinition, declared: ScheduleDefinition,
             job: Job) -> None:
     """Log once per stored definition (per `REPAIR_AGAIN`), and declare `declared` again (the
     loop's next pass)."""
@@ -136,16 +156,16 @@ def _repair(loop: StoreLoop, stored: ScheduleDefinition, declared: ScheduleDefin
     loop.nudge()
 
 
-def give_back(loop: StoreLoop, claim: Claim) -> None:
+def give_back(loop: TrustLoop, claim: Claim) -> None:
     """Give `claim` back unrun (due again at once for a process that runs it); if the store
     refuses, its lease expires and ``on_crash`` settles it."""
     try:
         loop.store.give_back(claim)
     except Exception as exc:
-        loop._failed("give back", exc)
+        loop.failed("give back", exc)
 
 
-def note_refused(loop: StoreLoop, records: Iterable[ScheduleRecord]) -> None:
+def note_refused(loop: TrustLoop, records: Iterable[ScheduleRecord]) -> None:
     """With an allowlist, log (once per record and target) and count each record of
     `records` (not declared here) whose target it refuses."""
     trust = loop.trust

@@ -1,4 +1,8 @@
-"""Wall-clock schedules on a monotonic scheduler: fire times, clock jumps, missed runs.
+"""Wall-clock schedules' policy, pure: fire times, clock jumps, missed runs (one announcement).
+
+The scheduler applies it to its wall-clock jobs (`executors._service.wall_slots`), the store
+loop to stored schedules (`executors._service.stored_plan`): both share `decide`, the walk,
+`ClockWatch` and `announce_missed`; nothing here holds a job or a scheduler.
 
 Two clocks, never mixed. A schedule's fire times are aware UTC instants from its trigger
 (`executors.triggers`); the scheduler keeps sleeping on the monotonic clock, on the deadline
@@ -46,16 +50,13 @@ from typing import TYPE_CHECKING, Literal, Protocol, final
 
 from executors import _validate
 
-from .events import ClockChanged, RunMissed, ScheduleRemoved
-from .run_info import RunInfo
+from .events import Events, RunMissed
 
 if TYPE_CHECKING:
     import zoneinfo
 
     from executors._clock import Clock
 
-    from .job import Job, JobSlot
-    from .scheduler import Scheduler
 
 __all__ = (
     "DRIFT_THRESHOLD",
@@ -68,13 +69,9 @@ __all__ = (
     "TriggerLike",
     "WallOnError",
     "WallState",
+    "announce_missed",
     "check_trigger",
     "decide",
-    "finished",
-    "first_due",
-    "recompute",
-    "resume",
-    "run_due",
     "utc",
     "wall_state",
 )
@@ -210,74 +207,6 @@ class ClockWatch:
         return ("suspend" if slept > DRIFT_THRESHOLD else "step"), moved, wall
 
 
-def first_due(sched: Scheduler, job: Job, mono: float) -> float | None:
-    """The monotonic deadline of a starting job's pending fire time (None: none is left).
-
-    The first fire time is the trigger's first after ``since`` (fire times from then to now
-    passed unwatched: missed, reason ``"stopped"``), else after now. Caller holds the lock.
-    """
-    state = job._wall
-    assert state is not None
-    wall = sched.clock.time()
-    if state.fire is None and state.handled is None:
-        since = state.since
-        try:
-            fire = state.trigger.next_after(utc(wall) if since is None else since)
-        except Exception as exc:
-            _trigger_failed(job, exc, mono)
-            return None
-        state.set_fire(fire)
-        if since is not None and fire is not None and state.fire_ts <= wall:
-            state.unwatched = ("stopped", wall)
-    if state.fire is None:
-        return None
-    return mono + (state.fire_ts - wall)
-
-
-def recompute(sched: Scheduler, mono: float, change: tuple[str, float, float]) -> None:
-    """A jump was seen: log and announce it, mark the fire times it passed, recompute every
-    pending wall-clock deadline."""
-    kind, seconds, wall = change
-    logger.warning("%s: the wall clock moved %+.3f s against the monotonic clock (%s); "
-                   "wall-clock schedules recomputed", sched.name, seconds, kind)
-    reason = "suspended" if kind == "suspend" else "clock_jump"
-    with sched.lock:
-        for slot in list(sched.wall_slots):
-            state = slot.job._wall
-            if state is None or state.fire is None:
-                continue
-            if seconds > 0 and state.fire_ts <= wall and state.unwatched is None:
-                state.unwatched = (reason, wall)
-            if slot.due is not None and not slot.running:
-                sched.schedule(slot, mono + (state.fire_ts - wall), mono, jitter=False)
-    if ClockChanged in sched.events.wanted:
-        sched.events.emit(ClockChanged(kind, seconds))
-
-
-def resume(sched: Scheduler, slot: JobSlot, mono: float) -> tuple[float | None, int]:
-    """A paused wall-clock job resumes: fire times that passed while it was paused are skipped
-    by intent (counted, not run, no missed policy). (its deadline or None, skipped count).
-    Caller holds the lock."""
-    state = slot.job._wall
-    assert state is not None
-    wall = sched.clock.time()
-    skipped = 0
-    fire = state.fire
-    while fire is not None and state.fire_ts <= wall:
-        skipped += 1
-        state.handled = fire
-        if skipped >= WALK_BOUND:
-            fire = state.trigger.next_after(utc(wall))
-        else:
-            fire = state.trigger.next_after(fire)
-        state.set_fire(fire)
-    state.paused_skipped += skipped
-    state.unwatched = None
-    if fire is None:
-        return None, skipped
-    return mono + (state.fire_ts - wall), skipped
-
-
 def _walk(trigger: TriggerLike, fire: datetime.datetime, wall: float,
           nxt: datetime.datetime | None, keep: int
           ) -> tuple[list[datetime.datetime], int, datetime.datetime | None,
@@ -403,134 +332,20 @@ def _decide_walked(trigger: TriggerLike, first: datetime.datetime,
                     last if latest_missed else (prev or last), nxt, truncated, reason)
 
 
-def run_due(sched: Scheduler, slot: JobSlot) -> tuple[float, float | None]:
-    """Handle a wall-clock job whose deadline came: (end, the next deadline or None: finished).
-
-    Runs on the pool or the scheduler thread, like any run of a shared job (never two at
-    once for one job). Trigger errors stop the job (state ``"failed"``), logged and counted.
-    """
-    job = slot.job
-    state = job._wall
-    assert state is not None
-    clock = sched.clock
-    monotonic = sched.monotonic
-    wall = clock.time()
-    fire = state.fire
-    if fire is None:
-        return monotonic(), None
-    fire_ts = state.fire_ts
-    if wall < fire_ts - EARLY:
-        # Woken before the fire time: a wake() (run once, now, out of schedule), a step back
-        # of the wall clock, or slewing. The pending fire time stays.
-        mono = monotonic()
-        if slot.wake_run:
-            slot.wake_run = False
-            _, mono = job._run_once(mono, mono, monotonic, RunInfo(job._name, utc(wall), 1))
-            wall = clock.time()
-        return mono, mono + (fire_ts - wall)
-    slot.wake_run = False
-    trigger = state.trigger
-    try:
-        nxt = trigger.next_after(fire)
-    except Exception as exc:
-        return _trigger_failed(job, exc, monotonic())
-    nxt_ts = math.inf if nxt is None else nxt.timestamp()
-    grace = state.grace
-    last, last_ts = fire, fire_ts
-    if nxt_ts > wall and state.unwatched is None and (grace is None or wall - fire_ts <= grace):
-        # The common case: one fire time due, watched and in grace: run it.
-        state.handled = state.last_fire = fire
-        start = monotonic()
-        job._run_once(start, start - (wall - fire_ts), monotonic, RunInfo(job._name, fire, 1))
-        ran = True
-    else:
-        try:
-            last, nxt, ran = _run_group(sched, job, state, wall, nxt)
-        except Exception as exc:
-            return _trigger_failed(job, exc, monotonic())
-        last_ts = last.timestamp()
-        nxt_ts = math.inf if nxt is None else nxt.timestamp()
-    try:
-        if state.trigger is not trigger or state.floor > last_ts:
-            # Rescheduled meanwhile: from the later of the last fire handled and the change.
-            nxt = state.trigger.next_after(last if state.floor <= last_ts else utc(state.floor))
-            nxt_ts = math.inf if nxt is None else nxt.timestamp()
-        if nxt_ts <= last_ts:
-            raise ValueError(f"the trigger's next_after({last.isoformat()}) returned "
-                             f"{nxt}, not a later instant")
-    except Exception as exc:
-        return _trigger_failed(job, exc, monotonic())
-    state.fire = nxt
-    state.fire_ts = nxt_ts
-    end = monotonic()
-    if nxt is None:
-        return end, None
-    wall_end = clock.time()
-    if ran and nxt_ts < wall_end:
-        job._overruns += 1  # the run ended after the next fire time
-    return end, end + (nxt_ts - wall_end)
-
-
-def _run_group(sched: Scheduler, job: Job, state: WallState, wall: float,
-               nxt: datetime.datetime | None
-               ) -> tuple[datetime.datetime, datetime.datetime | None, bool]:
-    """Several fire times are due, or the pending one is missed: count the misses, apply the
-    policy. Returns (the latest fire time handled, the next one, whether anything ran)."""
-    first = state.fire
-    assert first is not None
-    unwatched = state.unwatched
-    state.unwatched = None
-    d = decide(state.trigger, first, nxt, wall, state.missed, state.max_missed, state.grace,
-               unwatched)
-    if d.missed:
-        _count_missed(sched, job, state, d.missed, d.ran, first, d.last_missed, d.reason,
-                      d.truncated)
-    state.handled = last = d.last
-    clock = sched.clock
-    monotonic = sched.monotonic
-    for fire in d.runs:
-        start = monotonic()
-        due = start - (clock.time() - fire.timestamp())
-        state.last_fire = fire
-        job._run_once(start, due, monotonic, RunInfo(job._name, fire, 1))
-        if job._stopped or job._cancelled or job._paused or sched.closing:
-            break
-    return last, d.next_fire, bool(d.runs)
-
-
-def _count_missed(sched: Scheduler, job: Job, state: WallState, missed: int, ran: int,
-                  first: datetime.datetime, last: datetime.datetime, reason: str,
-                  truncated: bool) -> None:
-    state.missed_count += missed
-    state.missed_run += ran
-    state.last_reason = reason
-    logger.warning("job %r missed %s%d fire time(s) from %s to %s (%s); missed=%r ran %d of them",
-                   job._name, "at least " if truncated else "", missed, first.isoformat(),
-                   last.isoformat(), reason, state.missed, ran)
-    events = sched.events
+def announce_missed(events: Events, kind: str, name: str, state: WallState | None,
+                    missed: int, ran: int, first: datetime.datetime, last: datetime.datetime,
+                    reason: str, policy: str, truncated: bool) -> None:
+    """The one missed-run announcement, of memory jobs and stored schedules alike: the job's
+    counts (`state`, None for a schedule no job of this service declares), the log line
+    (`kind` says "job" or "schedule") and `RunMissed`."""
+    if state is not None:
+        state.missed_count += missed
+        state.missed_run += ran
+        state.last_reason = reason
+    logger.warning("%s %r missed %s%d fire time(s) from %s to %s (%s); missed=%r ran %d of them",
+                   kind, name, "at least " if truncated else "", missed, first.isoformat(),
+                   last.isoformat(), reason, policy, ran)
     if RunMissed in events.wanted:
-        events.emit(RunMissed(job._name, missed, ran, first, last, reason, state.missed,
-                              truncated))
+        events.emit(RunMissed(name, missed, ran, first, last, reason, policy, truncated))
 
 
-def _trigger_failed(job: Job, exc: Exception, mono: float) -> tuple[float, None]:
-    """A trigger raised (or went backwards): stop the job, as ``on_error="stop"`` would."""
-    job._errors += 1
-    job._stopped = True
-    job._last_error = f"{type(exc).__name__}: {exc}"
-    logger.error("job %r: its trigger failed; stopping it", job._name, exc_info=exc)
-    return mono, None
-
-
-def finished(sched: Scheduler, slot: JobSlot) -> None:
-    """The trigger has no fire time left: the job ends (state "finished"). Caller holds the
-    lock."""
-    job = slot.job
-    slot.token += 1
-    slot.due = None
-    sched.wall_slots.discard(slot)
-    if job._stopped or job._cancelled:
-        return  # "failed" or "cancelled" says it already
-    job._finished = True
-    if ScheduleRemoved in sched.events.wanted:
-        sched.events.emit(ScheduleRemoved(job._name, "finished"))

@@ -103,7 +103,7 @@ def test_shutdown_interrupts_hung_store_calls_by_its_deadline(
     svc = _serving(f"stop-{kind}", url)
     loop = svc._store
     assert loop is not None
-    wait_until(lambda: (svc.status(), loop.reader)[1] is not None, 10)
+    wait_until(lambda: (svc.status(), loop.snapshots.reader)[1] is not None, 10)
     with freeze():
         wait_until(lambda: _blocked(svc) is not None, 5)
         report = svc.shutdown(2)
