@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 
 from benchmarks._harness import OURS, Metric, quick_mode, run_area
 from executors.aio import Kind, Semaphore, Store, Transaction, Traversal, Visit
-from integrations.sqlite_store import SQLiteStore
+from integrations.traversal_stores.sqlite import SQLiteStore
 
 # Test tooling, shared with the store tests; imported here so a broken path fails loudly instead
 # of passing for "PostgreSQL skipped" below.
@@ -192,7 +192,7 @@ def main() -> None:
         try:
             import asyncpg  # noqa: F401
 
-            from integrations.postgres_store import PostgresStore
+            from integrations.traversal_stores.postgres import PostgresStore
             dsn = stack.enter_context(temporary_server())
         except (ImportError, FileNotFoundError) as exc:
             print(f"[traversal] PostgreSQL skipped: {exc}", file=sys.stderr)

@@ -103,6 +103,10 @@ def public_modules() -> list[str]:
                     continue
             if any(part.startswith("_") for part in parts):
                 continue
+            # A former name kept for a moved module (docstring "Deprecated: ...") re-exports
+            # the new module, whose page documents the names.
+            if (ast.get_docstring(ast.parse(path.read_text())) or "").startswith("Deprecated:"):
+                continue
             names.append(".".join(parts))  # the command line is private (_cli): the tutorial
     return sorted(names)
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 # Depends on the standard library only (and `_validate` and `_clock`, both stdlib-only: the
 # one rule for seconds, and the one real clock freezegun cannot stall): every other module
-# registers with it, so it imports none of them at run time (`PeriodicExecutor` is named for
-# the type checker only). Registered objects follow the `_Registered` protocol;
-# `live_executors` tells executors apart by their ``registry_kind`` class attribute.
+# registers with it, so it imports none of them, not even for the type checker (an arrow
+# back up to `periodic` would close the periodic -> registry circle). Registered objects
+# follow the `_Registered` protocol; `live_executors` tells executors apart by their
+# ``registry_kind`` class attribute and names them by the `LiveExecutor` protocol.
 import atexit
 import logging
 import math
@@ -18,15 +19,13 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, cast, final
+from typing import Protocol, cast, final
 
 from . import _validate
 from ._clock import SYSTEM_CLOCK
 
-if TYPE_CHECKING:  # for the annotation of live_executors only: no import at run time
-    from .periodic import PeriodicExecutor
-
 __all__ = (
+    "LiveExecutor",
     "live_executors",
     "shutdown",
     "is_shutting_down",
@@ -111,10 +110,34 @@ def register(obj: _Registered) -> None:
     _registered.add(weakref.ref(obj, _forget))
 
 
-def live_executors() -> list[PeriodicExecutor]:
+class LiveExecutor(Protocol):
+    """What `live_executors` lists: an `executors.PeriodicExecutor`, named by what every one
+    offers, so that the registry (the floor under the executors) imports none of them.
+
+    ``isinstance(e, executors.PeriodicExecutor)`` narrows one to its class (for the fields of
+    its `statistics()`, say); every listed object passes that check.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def wake(self) -> None: ...
+
+    def close(self, dummy: object = None, *, wait: bool = False,
+              timeout: float | None = None) -> bool: ...
+
+    def join(self, timeout: float | None = None) -> bool: ...
+
+    def statistics(self) -> object: ...
+
+
+def live_executors() -> list[LiveExecutor]:
     """The registered `PeriodicExecutor`s still alive (opened at least once, not collected)."""
     # PeriodicExecutor says registry_kind = "executor"; other registered objects say nothing.
-    return [cast("PeriodicExecutor", obj) for obj in _live()
+    return [cast(LiveExecutor, obj) for obj in _live()
             if getattr(obj, "registry_kind", None) == "executor"]
 
 

@@ -14,7 +14,7 @@ from pymongo.errors import AutoReconnect, InvalidOperation
 from pymongo.server_selectors import writable_server_selector
 
 from executors import PeriodicExecutor, Reaper, _validate
-from executors._clock import SYSTEM_CLOCK
+from executors.clock import SYSTEM_CLOCK
 
 __all__ = (
     "CursorReaper",

@@ -12,6 +12,7 @@ import pkgutil
 import types
 
 import pytest
+from helpers.moved import is_moved
 
 import executors
 import executors.aio
@@ -22,8 +23,8 @@ def _public_modules(package: types.ModuleType) -> list[str]:
     names = []
     for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         parts = info.name.split(".")
-        if any(p.startswith("_") for p in parts):
-            continue
+        if any(p.startswith("_") for p in parts) or is_moved(info.name):
+            continue  # a former name warns on import (test_traversal_stores_moved.py)
         names.append(info.name)
     return names
 
@@ -45,7 +46,7 @@ def test_module_has_all_tuple(name: str) -> None:
 
 # Modules whose names are reached through their own namespace rather than the package root.
 NOT_REEXPORTED_AT_ROOT = {"executors.registry", "executors.testing", "executors.coordinator",
-                         "executors.stores"}
+                         "executors.stores", "executors.clock"}
 
 
 @pytest.mark.parametrize("name", MODULES)

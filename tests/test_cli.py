@@ -726,7 +726,7 @@ def test_subcommand_help_is_plain_text(name: str) -> None:
 
 def _tree_db(path: Path, directories: int, files: int) -> str:
     """A SQLite tree of directories x files nodes; its STORE argument."""
-    from integrations.sqlite_store import SQLiteStore
+    from integrations.traversal_stores.sqlite import SQLiteStore
 
     store = SQLiteStore(path)
     store.add_tree(f"d{i}/f{j}" for i in range(directories) for j in range(files))

@@ -260,7 +260,7 @@ TRAVERSE_BAD = [
 @pytest.fixture
 def tree_db(tmp_path: Path) -> Path:
     """A small tree in a SQLite store, as `executors traverse` reads it."""
-    from integrations.sqlite_store import SQLiteStore
+    from integrations.traversal_stores.sqlite import SQLiteStore
 
     path = tmp_path / "tree.db"
     store = SQLiteStore(path)

@@ -32,6 +32,7 @@ from pymongo import monitoring
 from executors import (
     BackgroundService,
     CancelToken,
+    PeriodicExecutor,
     ThreadGroup,
     _validate,
     current_run,
@@ -353,7 +354,8 @@ class _Demo:
                 interrupted = True
             elapsed = time.monotonic() - started
             stopping = time.monotonic()
-            live_executors = registry.live_executors()
+            live_executors = [e for e in registry.live_executors()
+                              if isinstance(e, PeriodicExecutor)]
             stats = [e.statistics() for e in live_executors]
             names = tuple(sorted(e.name for e in live_executors))
             group.cancel("the demo is over")

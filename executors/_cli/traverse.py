@@ -20,9 +20,9 @@ __all__ = ("DESCRIPTION", "EPILOG", "HELP", "NAME", "add_arguments", "run")
 NAME = "traverse"
 HELP = "traverse a tree stored in SQLite or PostgreSQL in batched transactions"
 DESCRIPTION = (
-    "Visit every node of the tree in the nodes table (see integrations.sqlite_store.SCHEMA) in "
-    "time-bounded transactions, with prefetching reads under a fair semaphore; a progress bar on "
-    "stderr.\n\n"
+    "Visit every node of the tree in the nodes table (see "
+    "integrations.traversal_stores.sqlite.SCHEMA) in time-bounded transactions, with "
+    "prefetching reads under a fair semaphore; a progress bar on stderr.\n\n"
     "STORE is a SQLite file or a PostgreSQL database. A SQLite file is a plain path (tree.db, "
     "/srv/tree.db) or a URL in SQLAlchemy's form: sqlite:///tree.db (three slashes: a path "
     "relative to the current folder) or sqlite:////srv/tree.db (four slashes: an absolute "
@@ -148,7 +148,7 @@ async def _traverse(args: argparse.Namespace) -> TraversalStatistics:
     if path is not None:
         import sqlite3
 
-        from integrations.sqlite_store import SQLiteStore
+        from integrations.traversal_stores.sqlite import SQLiteStore
 
         try:
             store = SQLiteStore(path)
@@ -167,7 +167,7 @@ async def _traverse(args: argparse.Namespace) -> TraversalStatistics:
     except ImportError:
         raise _Unreachable("a postgresql:// STORE needs asyncpg: pip install asyncpg") from None
 
-    from integrations.postgres_store import PostgresStore
+    from integrations.traversal_stores.postgres import PostgresStore
 
     shown = redact(url)
     try:

@@ -12,7 +12,7 @@ import pytest
 
 from executors.aio import Entry, Kind, Semaphore, Store, Transaction, Traversal, Visit, traverse
 from executors.errors import ClosedError, TransactionExpired, TransactionRetry
-from integrations.sqlite_store import SQLiteStore
+from integrations.traversal_stores.sqlite import SQLiteStore
 
 TREE = ["etc/", "etc/hosts", "etc/passwd", "usr/", "usr/bin/", "usr/bin/env", "usr/lib/",
         "README", "a/", "a/b/", "a/b/c", "a/z"]
@@ -214,7 +214,7 @@ def test_sqlite_helpers_and_repr(tmp_path: Path) -> None:
 
 
 async def _fresh(dsn: str, paths: list[str], **kwargs: object) -> object:
-    from integrations.postgres_store import PostgresStore
+    from integrations.traversal_stores.postgres import PostgresStore
 
     store = PostgresStore(dsn, **kwargs)  # type: ignore[arg-type]
     await store.open()
@@ -246,7 +246,7 @@ def test_postgres_readers_share_one_snapshot(pg_dsn: str) -> None:
     """Reads on the extra connections see the transaction's snapshot, not later commits."""
 
     async def main() -> None:
-        from integrations.postgres_store import ROOT_ID
+        from integrations.traversal_stores.postgres import ROOT_ID
 
         store = await _fresh(pg_dsn, [f"f{i}" for i in range(10)], readers=4)
         txn = await store.begin(budget=5)  # type: ignore[attr-defined]
@@ -322,7 +322,7 @@ def test_postgres_simulated_round_trip_applies_to_every_statement(pg_dsn: str) -
     more), every read, and the commit (the connections end in parallel)."""
 
     async def main() -> None:
-        from integrations.postgres_store import ROOT_ID
+        from integrations.traversal_stores.postgres import ROOT_ID
 
         rtt = 0.05
         store = await _fresh(pg_dsn, ["f"], readers=2, simulated_rtt=rtt)
