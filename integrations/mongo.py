@@ -13,7 +13,7 @@ from pymongo import MongoClient
 from pymongo.errors import AutoReconnect, InvalidOperation
 from pymongo.server_selectors import writable_server_selector
 
-from executors import PeriodicExecutor, Reaper, _validate
+from executors import PeriodicExecutor, Reaper, validate
 from executors.clock import SYSTEM_CLOCK
 
 __all__ = (
@@ -165,7 +165,7 @@ class CursorReaper:
     ) -> None:
         if not isinstance(client, MongoClient):
             raise TypeError(f"client must be a pymongo.MongoClient, got {type(client).__name__}")
-        self._timeout = _validate.seconds(timeout, "timeout", allow_zero=False)
+        self._timeout = validate.seconds(timeout, "timeout", allow_zero=False)
         self._client: MongoClient[_DocumentT] = client
         self._killed = 0
         self._not_found = 0
@@ -263,7 +263,7 @@ class CursorReaper:
         Raises:
             RuntimeError: called from inside the reaper's own thread while it sends a kill.
         """
-        seconds = _validate.timeout(timeout)  # math.inf means None
+        seconds = validate.timeout(timeout)  # math.inf means None
         if seconds is None:
             return self._reaper.flush(None)
         token = _flush_deadline.set(SYSTEM_CLOCK.monotonic() + seconds)
@@ -279,7 +279,7 @@ class CursorReaper:
         """
         if timeout is None:
             return self._reaper.close()
-        seconds = _validate.seconds(timeout, "timeout")  # a close always has a deadline
+        seconds = validate.seconds(timeout, "timeout")  # a close always has a deadline
         token = _flush_deadline.set(SYSTEM_CLOCK.monotonic() + seconds)
         try:
             return self._reaper.close(timeout=seconds)

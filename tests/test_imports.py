@@ -47,42 +47,14 @@ INTEGRATIONS_NAME = re.compile(r"^integrations(\.\w+)+$")
 
 
 # The documented waiter protocol the bridge builds on (ARCHITECTURE, "Floors and arrows"): the
-# one private module of `executors` that `integrations` may import.
-WAITER_PROTOCOL = "executors.aio._waiters"
+# private names of `executors` that `integrations` may import. The waiter module, and the
+# record an aio channel parks per operation, which the bridge's select across shared and aio
+# channels parks in an aio channel's line (the waiter module's docstring says so).
+WAITER_PROTOCOL = ("executors.aio._waiters", "executors.aio.channels._Registration")
 
 # Where the schedule stores' scheme table may live, in order: a module-level mapping, URL scheme
 # -> (module, class, ...). Its string imports are the one registered arrow up to `integrations`.
 BACKEND_TABLES = (("executors.stores", "BACKENDS"),)
-
-# Today's violations of the two rules below in the parts of the house other work is rebuilding
-# (the service's internals, the schedule stores' contract): this set must end empty. It can
-# only shrink: `test_known_today_holds_only_live_violations` fails on an entry already fixed.
-# A module name: it is in an import circle of `executors` (type-only and lazy arrows counted).
-# "source -> target": `integrations` module `source` imports private name `target`.
-KNOWN_TODAY = frozenset({
-    # The PostgreSQL schedule store joins its listener thread with the library's one-joiner join.
-    "integrations.schedule_stores.postgres_connections -> executors._threads",
-})
-
-# The private helpers the bridge and the pymongo adapter still import: the one rule for seconds
-# and counts (`_validate`), the thread starter (`_threads`), and the cancellation and
-# registration internals the shared primitives share with `executors.aio`. Each wants a public
-# name (or a place in the documented waiter protocol); this set must end empty too, and can
-# only shrink.
-PRIVATE_HELPERS_TODAY = frozenset({
-    "integrations.bridge._portal -> executors._threads",
-    "integrations.bridge._portal -> executors._validate",
-    "integrations.bridge._run_sync -> executors._threads",
-    "integrations.bridge._shared_channel -> executors._validate",
-    "integrations.bridge._shared_channel -> executors.aio._cancel",
-    "integrations.bridge._shared_channel -> executors.aio.channels._Registration",
-    "integrations.bridge._shared_channel_view -> executors._validate",
-    "integrations.bridge._shared_locks -> executors._validate",
-    "integrations.bridge._shared_locks -> executors.aio.locks._READY",
-    "integrations.bridge._views -> executors._validate",
-    "integrations.mongo -> executors._validate",
-})
-
 
 @dataclasses.dataclass(frozen=True)
 class Arrow:
@@ -305,10 +277,8 @@ def _executors_circles() -> dict[str, list[Arrow]]:
 def test_executors_has_no_circle_counting_type_only_and_lazy_imports() -> None:
     """No module of `executors` reaches itself, even through an import made for the type
     checker only or inside a function: a layer names nothing above it, not even in a type
-    (`registry` names the executors it lists by its `LiveExecutor` protocol, not by class).
-    Today's circles in the parts being rebuilt are `KNOWN_TODAY`'s, and only those."""
-    new = {module: chain for module, chain in _executors_circles().items()
-           if module not in KNOWN_TODAY}
+    (`registry` names the executors it lists by its `LiveExecutor` protocol, not by class)."""
+    new = _executors_circles()
     assert not new, "import circles in executors:\n    " + "\n  ".join(
         f"{module}:\n      " + "\n      ".join(str(a) for a in chain)
         for module, chain in sorted(new.items()))
@@ -362,21 +332,10 @@ def _private_imports() -> dict[str, list[str]]:
 def test_integrations_import_no_private_executors_name() -> None:
     """`integrations` builds on the public names of `executors` (and the documented waiter
     protocol in ``executors.aio._waiters``): no private module, no private name of a public
-    module. Today's exceptions are `KNOWN_TODAY`'s and `PRIVATE_HELPERS_TODAY`'s, and only
-    those."""
-    found = {arrow: where for arrow, where in _private_imports().items()
-             if arrow not in KNOWN_TODAY | PRIVATE_HELPERS_TODAY}
+    module."""
+    found = _private_imports()
     assert not found, "integrations imports private executors names:\n    " + "\n    ".join(
         f"{arrow} ({', '.join(where)})" for arrow, where in sorted(found.items()))
-
-
-def test_known_today_holds_only_live_violations() -> None:
-    """The lists of today's violations only shrink: an entry that no longer holds (its circle
-    broken, its private import gone) fails here until it is deleted."""
-    live = set(_executors_circles()) | set(_private_imports())
-    fixed = sorted((KNOWN_TODAY | PRIVATE_HELPERS_TODAY) - live)
-    assert not fixed, "fixed, delete from KNOWN_TODAY / PRIVATE_HELPERS_TODAY:\n    " + \
-        "\n    ".join(fixed)
 
 
 def test_private_name_rule_sees_every_form(monkeypatch: pytest.MonkeyPatch) -> None:

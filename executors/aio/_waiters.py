@@ -26,18 +26,26 @@ For a waiter implementation:
 - ``try_wake`` runs on the loop thread and must not block; it is the single linearization point
   of a hand-off. A thread waiter resolves its race with a timeout by a short lock of its own: the
   first of "woken" and "timed out" to take it wins.
+- A task cancelled after its operation's point of no return (the hand-off happened) returns
+  the operation's result and defers the cancellation to its next await (`defer_cancel`).
+- A fast path that needs no wait returns `READY`, an awaitable that completes at once.
+- A channel parks one registration per operation (``channels._Registration``: the waiter, the
+  line, the select case); the bridge's select across shared and aio channels parks the same
+  records in an aio channel's line, so both kinds of channel serve one select once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import types
 from collections import deque
-from collections.abc import Iterator
-from typing import ClassVar, Generic, TypeVar
+from collections.abc import Awaitable, Generator, Iterator
+from typing import ClassVar, Final, Generic, TypeVar, cast
 
 from ._atomic import atomic
+from ._cancel import defer_cancel as defer_cancel
 
-__all__ = ("Waiter", "TaskWaiter", "WaiterQueue", "bind_loop")
+__all__ = ("Waiter", "TaskWaiter", "WaiterQueue", "bind_loop", "defer_cancel", "READY")
 
 T = TypeVar("T")
 
@@ -262,3 +270,23 @@ class WaiterQueue(Generic[W]):
     def __repr__(self) -> str:
         return f"<WaiterQueue len={len(self.live)}>"
 
+
+@types.coroutine
+def _ready() -> Generator[None, None, None]:
+    return
+    yield  # a generator function; types.coroutine makes its generators awaitable
+
+
+READY: Final = cast("Awaitable[None]", _ready())
+"""An awaitable that completes at once with None, without yielding, reusable by any task.
+
+A generator-based coroutine (types.coroutine), run to exhaustion below: ``await READY`` is
+``yield from`` an exhausted generator, which returns None at once (an exhausted generator
+only raises StopIteration). Returned by the plain-function ``__aenter__``/``__aexit__`` fast
+paths. Cheaper than a new coroutine and than an ``__await__`` defined in Python: the await is
+a C call on the generator itself (callgrind, CPython 3.11: about 500 instructions, against
+about 1,000 for awaiting a fresh coroutine and 1,250 for a tuple subclass whose ``__await__``
+is ``tuple.__iter__``).
+"""
+for _ in READY:  # type: ignore[attr-defined]  # exhaust it (it yields nothing)
+    raise AssertionError("_ready yielded")

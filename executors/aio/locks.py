@@ -50,15 +50,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import types
 import weakref
-from collections.abc import Awaitable, Generator
+from collections.abc import Awaitable
 from types import TracebackType
 from typing import Final, Literal, TypeAlias, cast, final
 
 from executors.errors import WouldBlock
 
 from ._atomic import atomic
+from ._waiters import READY as _READY
 from ._waiters import Waiter, WaiterQueue, bind_loop
 
 __all__ = (
@@ -107,25 +107,6 @@ class LockStatistics:
     woken: int
 
 
-@types.coroutine
-def _ready() -> Generator[None, None, None]:
-    return
-    yield  # a generator function; types.coroutine makes its generators awaitable
-
-
-_READY: Final = cast("Awaitable[None]", _ready())
-"""An awaitable that completes at once with None, without yielding, reusable by any task.
-
-A generator-based coroutine (types.coroutine), run to exhaustion below: ``await _READY`` is
-``yield from`` an exhausted generator, which returns None at once (an exhausted generator
-only raises StopIteration). Returned by the plain-function ``__aenter__``/``__aexit__`` fast
-paths. Cheaper than a new coroutine and than an ``__await__`` defined in Python: the await is
-a C call on the generator itself (callgrind, CPython 3.11: about 500 instructions, against
-about 1,000 for awaiting a fresh coroutine and 1,250 for a tuple subclass whose ``__await__``
-is ``tuple.__iter__``).
-"""
-for _ in _READY:  # type: ignore[attr-defined]  # exhaust it (it yields nothing)
-    raise AssertionError("_ready yielded")
 
 
 

@@ -18,7 +18,7 @@ from types import CoroutineType as _CoroutineType
 from types import TracebackType
 from typing import Self, TypeVar, TypeVarTuple, Unpack, final, overload
 
-from executors import _threads, _validate, registry
+from executors import library_threads, registry, validate
 from executors.aio import Channel as _Channel
 from executors.aio import Lock, Operation, SelectResult, Semaphore
 from executors.errors import ShutdownError
@@ -168,8 +168,8 @@ class Portal(PortalCore):
         if registry.is_shutting_down() or sys.is_finalizing():
             raise ShutdownError("the interpreter is shutting down: no new portal")
         if self._own:
-            thread = self._thread = _threads.new_thread(self._run, self._name)
-            _threads.start(thread)
+            thread = self._thread = library_threads.new_thread(self._run, self._name)
+            library_threads.start(thread)
             self._started.wait()
             if self._startup_error is not None:
                 error, self._startup_error = self._startup_error, None
@@ -212,7 +212,7 @@ class Portal(PortalCore):
             TypeError, ValueError: `timeout` is not None or a number >= 0 (``math.inf`` waits
                 as long as None does, as every timeout of the library does).
         """
-        timeout = _validate.timeout(timeout)
+        timeout = validate.timeout(timeout)
         if self._state == "idle":
             return True
         if threading.get_ident() == self._loop_ident:

@@ -12,8 +12,8 @@ from types import TracebackType
 from typing import Final, Protocol, TypeVar, TypeVarTuple, Unpack
 
 from executors import CancelToken, registry
-from executors._threads import start_thread
 from executors.aio import Semaphore
+from executors.library_threads import start_thread
 
 __all__ = (
     "run_sync",

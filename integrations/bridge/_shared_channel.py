@@ -35,10 +35,10 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Final, Generic, TypeVar, final
 
-from executors import _validate
+from executors import validate
 from executors.aio import Channel, ChannelStatistics
 from executors.aio import channels as _aio_channels
-from executors.aio._cancel import defer_cancel
+from executors.aio._waiters import defer_cancel
 from executors.aio.channels import (
     Closed,
     ForeignChannel,
@@ -133,7 +133,7 @@ class SharedChannel(ForeignChannel[T], Generic[T]):
                  "_in_flight", "_mutex", "_senders", "_size")
 
     def __init__(self, size: int = 0) -> None:
-        self._size = _validate.count(size, "size", minimum=0)
+        self._size = validate.count(size, "size", minimum=0)
         self._mutex = threading.RLock()
         self._buffer: deque[T] = deque()
         self._closed = False
@@ -948,7 +948,7 @@ def select_blocking(*operations: Operation, timeout: float | None = None,
         >>> select_blocking(Get(a), Get(b), timeout=1).value
         'b'
     """
-    seconds = _validate.timeout(timeout)
+    seconds = validate.timeout(timeout)
     select = Select(*operations, ordered=ordered)
     ops = _operations(select)
     for op in ops:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Generic, TypeVar, final
 
-from executors import _validate
+from executors import validate
 from executors.errors import ChannelClosed
 
 from ._shared_registrations import (
@@ -85,7 +85,7 @@ class BlockingSharedChannel(Generic[T]):
             TimeoutError: not sent within `timeout` seconds (it never will be).
             ChannelClosed: the channel is closed, now or while waiting.
         """
-        seconds = _validate.timeout(timeout)
+        seconds = validate.timeout(timeout)
         ch = self._channel
         mutex = ch._mutex
         waiter: SharedThreadWaiter | None = None
@@ -160,7 +160,7 @@ class BlockingSharedChannel(Generic[T]):
             TimeoutError: no value within `timeout` seconds (none was taken).
             ChannelClosed: the channel is closed and drained.
         """
-        seconds = _validate.timeout(timeout)
+        seconds = validate.timeout(timeout)
         ch = self._channel
         mutex = ch._mutex
         yielded = seconds == 0 or ch._size <= 1  # no batch to wait for without a buffer

@@ -65,9 +65,9 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Final, Literal, Self, TypeVar, final
 
-from executors import _validate
+from executors import validate
 from executors.aio import LockStatistics, SemaphoreStatistics
-from executors.aio.locks import _READY
+from executors.aio._waiters import READY as _READY
 from executors.errors import WouldBlock
 
 from ._shared_waiter import (
@@ -773,7 +773,7 @@ class _BlockingSharedPermits:
             return self._permits._acquire_thread(blocking, None)
         if not blocking:
             raise ValueError("can't specify a timeout for a non-blocking call")
-        seconds = _validate.timeout(timeout)
+        seconds = validate.timeout(timeout)
         if seconds is not None and seconds > threading.TIMEOUT_MAX:
             seconds = None
         return self._permits._acquire_thread(blocking, seconds)
@@ -818,7 +818,7 @@ class BlockingSharedSemaphore(_BlockingSharedPermits):
         Raises:
             ValueError: `n` < 1, or a `SharedBoundedSemaphore` released too many times.
         """
-        n = _validate.count(n, "n")
+        n = validate.count(n, "n")
         self._permits._release(n)
 
 

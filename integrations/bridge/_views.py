@@ -10,7 +10,7 @@ from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, TypeVarTuple, Unpack, final
 
-from executors import CancelToken, _validate
+from executors import CancelToken, validate
 from executors.aio import (
     Channel,
     GetResult,
@@ -76,7 +76,7 @@ class _BlockingPermits:
             RuntimeError: called from the loop's own thread.
             ShutdownError: the portal closed.
         """
-        seconds = _validate.timeout(timeout)
+        seconds = validate.timeout(timeout)
         if not blocking and timeout is not None:
             raise ValueError("can't specify a timeout for a non-blocking call")
         if not blocking or seconds == 0:
@@ -194,7 +194,7 @@ class BlockingChannel(Generic[T]):
             TimeoutError: not sent within `timeout` seconds (it never will be).
             ChannelClosed: the channel is closed, now or while waiting.
         """
-        seconds = _validate.timeout(timeout)
+        seconds = validate.timeout(timeout)
         resolved, payload = self._portal._blocking(partial(self._attempt_send, value), seconds)
         if not resolved:
             raise TimeoutError(f"send: not taken within {timeout} s (the value was not sent)")
@@ -218,7 +218,7 @@ class BlockingChannel(Generic[T]):
             TimeoutError: no value within `timeout` seconds (none was taken).
             ChannelClosed: the channel is closed and drained.
         """
-        seconds = _validate.timeout(timeout)
+        seconds = validate.timeout(timeout)
         resolved, payload = self._portal._blocking(self._attempt_get, seconds, self._put_back)
         if not resolved:
             raise TimeoutError(f"get: no value within {timeout} s")
@@ -294,7 +294,7 @@ def select_blocking(
     portal: Portal, operations: tuple[Operation, ...], timeout: float | None, ordered: bool
 ) -> SelectResult:
     """`Portal.select`: park one ThreadWaiter on every channel of `operations`."""
-    seconds = _validate.timeout(timeout)
+    seconds = validate.timeout(timeout)
     select = Select(*operations, ordered=ordered)
 
     def attempt(waiter: ThreadWaiter) -> None:

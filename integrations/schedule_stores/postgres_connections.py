@@ -14,7 +14,7 @@ from typing import Any, final
 
 import psycopg
 
-from executors import _threads
+from executors import library_threads
 
 __all__ = ("Listener", "connect", "cut")
 
@@ -106,8 +106,8 @@ class Listener:
         except OSError:
             pass  # its end is closed: nothing to wake
         # The service's shutdown waits for this thread too: one joiner at a time.
-        _threads.join(self.thread, 1.0)
-        if not _threads.alive(self.thread):
+        library_threads.join(self.thread, 1.0)
+        if not library_threads.alive(self.thread):
             self._wake_r.close()
             self._wake_w.close()
 
