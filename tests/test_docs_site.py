@@ -875,3 +875,19 @@ def test_a_page_opened_at_an_anchor_shows_that_section(site: Path, served: _Serv
     bad = [r for r in results if not (r["found"] and r["scrolled"] > 0 and 0 <= r["top"] < 900
                                       and r["below_header"] and r["in_content"])]
     assert not bad, json.dumps(bad, indent=1)
+
+
+def test_the_schedule_stores_have_their_reference_page(site: Path) -> None:
+    """The schedule stores have a reference page, `executors.stores`, that opens with the
+    contract and documents the SQLite and memory stores and `open_store` (issue 34: the SQLite
+    schedule store had no page, and a search for it found `integrations.sqlite_store`, the
+    traversal's store); the traversal stores' former modules have no page of their own."""
+    text = _reference_text(site, "executors.stores")
+    ids = re.findall(r'<h2 id="executors\.stores\.([^"]+)"', text)
+    assert ids[:2] == ["ScheduleDefinition", "ScheduleRecord"] or "ScheduleStore" in ids[:6], ids
+    for name in ("ScheduleStore", "SQLiteScheduleStore", "MemoryStore", "open_store"):
+        assert name in ids, f"executors.stores's page lacks {name}"
+    assert "sqlite://" in html.unescape(text)
+    for former in ("integrations.sqlite_store", "integrations.postgres_store"):
+        assert not (site / "reference" / former).exists(), f"{former} still has a page"
+    assert (site / "reference" / "integrations.traversal_stores.sqlite" / "index.html").exists()
