@@ -99,17 +99,14 @@ class SystemClock:
     _monotonic = staticmethod(time.monotonic)
     _time = staticmethod(_real_time())
     _boottime = staticmethod(_real_boottime())
-
-    def monotonic(self) -> float:
-        return self._monotonic()
-
-    def time(self) -> float:
-        """Real wall time, seconds since the Unix epoch (``CLOCK_REALTIME``)."""
-        return self._time()
-
-    def boottime(self) -> float:
-        """``CLOCK_BOOTTIME`` where the OS has it (Linux), else the monotonic clock."""
-        return self._boottime()
+    # The readings are the captured functions themselves, not methods calling them: a
+    # reading costs no Python call (the store loop and every run read the clock).
+    #: The real monotonic clock.
+    monotonic = _monotonic
+    #: Real wall time, seconds since the Unix epoch (``CLOCK_REALTIME``).
+    time = _time
+    #: ``CLOCK_BOOTTIME`` where the OS has it (Linux), else the monotonic clock.
+    boottime = _boottime
 
     def wait(self, q: queue.SimpleQueue[T], timeout: float) -> T:
         return q.get(timeout=min(max(timeout, 0.0), threading.TIMEOUT_MAX))

@@ -66,7 +66,7 @@ from .stored_declare import declare_now, retry_all, serve_declarations
 from .stored_failing import FailingTable
 from .stored_faults import OwnRunsFirst, finish, on_crash
 from .stored_plan import UNWATCHED_AFTER, LoopPlanner, resume_record
-from .stored_run import UNKNOWN, InFlight, StoredLink, StoredRun
+from .stored_run import UNKNOWN, InFlight, StoredLink
 from .stored_status import Snapshots
 from .stored_trust import Trust, admit, claimable
 
@@ -385,24 +385,28 @@ class StoreLoop:
                                  planner=self.planner, on_crash=self.on_crash, only=only)
         else:
             claims = self.write_finished(and_claim=True, only=only)
-        decisions, planned = self.planner.take()
+        decisions, planned, trusted = self.planner.take()
         announce_missed = self.planner.announce
         for claim in claims:
             key = (claim.name, claim.version)
             decision = decisions.pop(key, None)
             if decision is not None:  # most claims miss nothing: no call for them
                 announce_missed(claim.name, decision)
-            if not admit(self, claim):
+            # Planned here with this process's declaration, unchanged: no check left to make.
+            if key not in trusted and not admit(self, claim):
                 continue
             next_fire: float | None = UNKNOWN
             if key in planned:
                 fire = planned[key]
                 next_fire = None if fire is None else fire.timestamp()
                 owned = self.jobs.get(claim.name)
-                if owned is not None and owned._wall is not None:
+                wall = None if owned is None else owned._wall
+                if wall is not None:
                     with self.lock:  # a copy being read does not overwrite it (`Snapshots.touch`)
                         self.snapshots.touch(claim.name)
-                        owned._wall.set_fire(fire)
+                        # `WallState.set_fire`, with the timestamp read above.
+                        wall.fire = fire
+                        wall.fire_ts = math.inf if next_fire is None else next_fire
             self._start_run(claim, monotonic(), next_fire)
         for (name, _), decision in decisions.items():
             # Plans that run nothing ("skip") are announced too: nothing silent. A plan that
@@ -435,9 +439,9 @@ class StoreLoop:
     def _start_run(self, claim: Claim, now: float, next_fire: float | None) -> None:
         self.claims += 1
         with self.lock:
-            self.in_flight[(claim.name, claim.version)] = InFlight(
-                claim, now + self.renew_every, next_fire)
-        self.scheduler.pool.put(StoredRun(self, claim))  # type: ignore[arg-type]
+            flight = self.in_flight[(claim.name, claim.version)] = InFlight(
+                self, claim, now + self.renew_every, next_fire)
+        self.scheduler.pool.put(flight)  # type: ignore[arg-type]
 
     def _renew(self, now: float) -> None:
         with self.lock:

@@ -26,14 +26,13 @@ from executors.triggers import AllOf
 
 from .schedule_data import trigger_of
 from .stored_failing import FailingTable
-from .stored_trust import declaration
 from .wallclock import WALK_BOUND, decide
 from .wallclock import announce_missed as announce
 
 if TYPE_CHECKING:
     from .context import ServiceContext
-    from .job import Job
-    from .wallclock import Missed, TriggerLike
+    from .job import Job, StoredServer
+    from .wallclock import Missed, TriggerLike, WallState
 
 __all__ = ("PLAN_BUDGET", "UNWATCHED_AFTER", "Decision", "LoopPlanner", "PlanLoop",
            "resume_record")
@@ -90,7 +89,7 @@ class LoopPlanner:
     (announced once)."""
 
     __slots__ = ("announced", "decisions", "failing", "loop", "planned", "searched",
-                 "triggers")
+                 "triggers", "trusted")
 
     def __init__(self, loop: PlanLoop) -> None:
         self.loop = loop
@@ -99,6 +98,10 @@ class LoopPlanner:
         # (name, version after the claim) -> the miss to announce, and the next fire time.
         self.decisions: dict[tuple[str, int], Decision] = {}
         self.planned: dict[tuple[str, int], dt.datetime | None] = {}
+        # (name, version after the claim) of the records planned with this process's
+        # declaration, unchanged: their claims run as declared (`stored_trust.admit` says
+        # the same of them).
+        self.trusted: set[tuple[str, int]] = set()
         # name -> (the latest fire time of a group announced, the wall time up to which that
         # group passed unwatched, or None): each later claim of an "all" walk keeps that verdict.
         self.announced: dict[str, tuple[dt.datetime, float | None]] = {}
@@ -120,18 +123,24 @@ class LoopPlanner:
         late or not run. The record's ``missed`` counter adds what each claim handles, so a group
         walked over several claims (``"all"``) adds up to what was announced for it.
         """
-        declared = declaration(self.loop.jobs, record.name)
-        options = record.definition.options if declared is None else declared[0].options
+        name = record.name
+        # This process's declaration, read here rather than through `stored_trust`: the
+        # planner holds the jobs, and a record planned as declared needs no trust check
+        # after its claim (`trusted`).
+        job = self.loop.jobs.get(name)
+        link: StoredServer | None = None
+        wall: WallState | None = None
+        if job is not None and job._stored is not None and job._wall is not None:
+            link, wall = job._stored, job._wall
+        options = (record.definition if link is None else link.definition).options
         first = record.next_fire
         assert first is not None
-        name = record.name
-        mono = self.loop.scheduler.clock.monotonic()
         failing = self.failing.get(name)
-        if failing is not None and failing.retry_at > mono:
+        if failing is not None and failing.retry_at > self.loop.scheduler.clock.monotonic():
             return None
         began = time.monotonic()
         try:
-            trigger = self.trigger_for(record) if declared is None else declared[1]
+            trigger = self.trigger_for(record) if wall is None else wall.trigger
             if self.searched >= PLAN_BUDGET and _searches(trigger):
                 # The pass's plans have searched for PLAN_BUDGET already (slow plans of other
                 # schedules): the rest that may search long wait for the next pass, unmoved and
@@ -160,7 +169,7 @@ class LoopPlanner:
                            int(options.get("max_missed", 100)),  # type: ignore[call-overload]
                            options.get("grace"), unwatched)  # type: ignore[arg-type]
         except _search_budget.SearchTimeout as exc:
-            self.failing.failed(name, exc, mono)
+            self.failing.failed(name, exc, self.loop.scheduler.clock.monotonic())
             return None
         except Exception:
             logger.exception("%s: the trigger of stored schedule %r failed; it stops (no "
@@ -179,6 +188,8 @@ class LoopPlanner:
         else:
             plan = Plan(d.runs[-1] if d.runs else None, d.next_fire, d.missed)
         self.planned[key] = plan.next_fire
+        if link is not None and record.definition == link.definition:
+            self.trusted.add(key)
         if d.missed and not walked:
             # Once a group: "all" walks it one claim at a time, and each later claim of the
             # walk sees the rest of the group this process has announced already.
@@ -196,15 +207,17 @@ class LoopPlanner:
         self.decisions.pop((name, version), None)
 
     def take(self) -> tuple[dict[tuple[str, int], Decision],
-                            dict[tuple[str, int], dt.datetime | None]]:
-        """The pass's decisions and next fire times, for the loop (the planner starts anew)."""
+                            dict[tuple[str, int], dt.datetime | None], set[tuple[str, int]]]:
+        """The pass's decisions, next fire times and trusted claims, for the loop (the planner
+        starts anew)."""
         decisions, self.decisions = self.decisions, {}
         planned, self.planned = self.planned, {}
-        return decisions, planned
+        trusted, self.trusted = self.trusted, set()
+        return decisions, planned, trusted
 
     def forget(self) -> None:
         """The pass's plans are void (its claim was abandoned, or this is a forked child)."""
-        self.decisions, self.planned = {}, {}
+        self.decisions, self.planned, self.trusted = {}, {}, set()
 
     def trigger_for(self, record: ScheduleRecord) -> TriggerLike:
         """`record`'s stored trigger, decoded once per trigger data (keyed by the data itself:

@@ -1,6 +1,6 @@
 """A stored schedule's job: its link to the store loop, and running one claimed fire time.
 
-The store loop (`executors._service.stored`) puts a `StoredRun` on the pool for each claim: it
+The store loop (`executors._service.stored`) puts an `InFlight` on the pool for each claim: it
 runs the declared job's function with the arguments of its declaration (never the record's:
 `executors._service.stored_trust`), with `executors.current_run()` set, and hands the run's
 end to the loop, which writes it to the store fenced by the claim. Only a record written
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .job import Job, JobSlot, ServiceHost
     from .wallclock import TriggerLike
 
-__all__ = ("UNKNOWN", "InFlight", "RunLoop", "StoredLink", "StoredRun", "run_claim")
+__all__ = ("UNKNOWN", "InFlight", "RunLoop", "StoredLink", "run_claim")
 
 logger = logging.getLogger("executors.service")
 
@@ -38,8 +38,10 @@ UNKNOWN = -math.inf
 
 @dataclasses.dataclass(slots=True)
 class InFlight:
-    """A claim of this process, from its claim until its completion is written."""
+    """A claim of this process, from its claim until its completion is written; and the pool's
+    work item that runs it (`run`): one object per claim, made once, on the loop's hand-off."""
 
+    loop: RunLoop = dataclasses.field(repr=False, compare=False)
     claim: Claim
     renew_at: float  # monotonic
     # The record's next fire time after this claim (epoch seconds on the store's clock; None:
@@ -48,6 +50,10 @@ class InFlight:
     next_fire: float | None = UNKNOWN
     lost: bool = False
     started: bool = False  # a pool thread took the run (set before it runs anything)
+
+    def run(self) -> None:
+        """Run the claim (on a pool thread) and record its end."""
+        run_claim(self.loop, self.claim)
 
 
 class RunLoop(TrustLoop, Protocol):
@@ -169,17 +175,3 @@ def _undeclared_job(loop: RunLoop, name: str, fn: Callable[..., object],
               0.0, "continue", "skip", 0.0, False, "", wall)
     job._serve_from(StoredLink(loop, definition))
     return job
-
-
-@final
-class StoredRun:
-    """A pool work item: one claimed fire time."""
-
-    __slots__ = ("claim", "loop")
-
-    def __init__(self, loop: RunLoop, claim: Claim) -> None:
-        self.loop = loop
-        self.claim = claim
-
-    def run(self) -> None:
-        run_claim(self.loop, self.claim)
