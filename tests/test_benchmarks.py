@@ -40,7 +40,9 @@ def test_scheduler_benchmark_measures_both_schedulers_and_every_walk(tmp_path: P
     checked for double runs (none of ours, said in the note), processes claiming from one
     PostgreSQL and one nx-27017 store claimed each fire time once, and the next-fire walks time
     ours, APScheduler and cronsim (aware and naive), with the fire times each found in the
-    metric's note."""
+    metric's note; and the stored W1 and W2 rows have ours's figures on PostgreSQL (1 and 2
+    processes) and SQLite (2), no duplicate of ours, APScheduler beside ours on SQLite and
+    pgqueuer said to be left out of quick mode (its fire times fall on whole minutes)."""
     out = tmp_path / "scheduler.json"
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.scheduler", "--quick", "--json", str(out)],
@@ -51,8 +53,9 @@ def test_scheduler_benchmark_measures_both_schedulers_and_every_walk(tmp_path: P
     metrics = {m["name"]: m for m in json.loads(out.read_text())["metrics"]}
     claims = {name: m for name, m in metrics.items()
               if name.startswith(("store ", "service start-up"))}
+    workload = {name: m for name, m in metrics.items() if name.startswith("stored W")}
     service = [m for name, m in metrics.items()
-               if "fire times" not in name and name not in claims]
+               if "fire times" not in name and name not in claims and name not in workload]
     walks = [m for name, m in metrics.items() if "fire times" in name]
     stored = [m for name, m in metrics.items() if "in a SQLite file" in name]
     assert len(service) == 13 and len(stored) == 4 and len(walks) == 2, sorted(metrics)
@@ -71,6 +74,19 @@ def test_scheduler_benchmark_measures_both_schedulers_and_every_walk(tmp_path: P
             assert metric["medians"]["executors"] == 0, metric
         else:
             assert metric["medians"]["executors"] > 0, metric
+    # 2 workloads x 3 configurations: 6 figures each (no server CPU on SQLite), memory and
+    # start-up for W2's.
+    assert len(workload) == 2 * (3 * 6 - 1) + 3 * 2, sorted(workload)
+    for name, metric in workload.items():
+        assert metric["medians"]["executors"] >= 0, metric
+        if "duplicates" in name:
+            assert metric["medians"]["executors"] == 0, metric
+        if "runs done" in name:
+            assert metric["medians"]["executors"] > 0, metric
+        if "SQLite" in name:
+            assert set(metric["medians"]) == {"executors", "APScheduler"}, metric
+        else:
+            assert metric["unavailable"] == ["pgqueuer"] and "quick mode" in metric["note"]
     for metric in walks:
         assert set(metric["medians"]) == {"executors", "APScheduler", "cronsim",
                                           "cronsim (naive)"}
@@ -222,3 +238,32 @@ def test_bytecode_row_counts_every_party_and_leaves_no_tracer_behind() -> None:
     assert threading.gettrace() is None
     assert set(counts) == set(_bridge_permits.KINDS)
     assert all(100 < count < 10_000 for count in counts.values()), counts
+
+
+@pytest.mark.timeout(120)
+def test_two_processes_serving_one_sqlite_file_run_each_fire_time_once(tmp_path: Path) -> None:
+    """Issue 35's workload harness: two spawned processes serving W1 (schedules due every
+    second) from one SQLite file run every fire time of the window, none twice (counted over
+    both processes' records), and the run reports its CPU, memory and start-up."""
+    from benchmarks import _stored_workload as w
+
+    workload = w.Workload("W1", 5, True)
+    config = next(c for c in w.CONFIGS if c.store == "sqlite")
+    outcome = w.run("executors", workload, config, str(tmp_path / "w1.db"),
+                    w.Timing(0.5, 1.5, 1.0))
+    assert outcome.processes == 2 and outcome.duplicates == 0, outcome
+    assert outcome.due >= 5 and outcome.done == outcome.due, outcome
+    assert outcome.records >= outcome.done and outcome.p99_ms < 1000, outcome
+    assert outcome.rss_mib > 0 and outcome.startup_s > 0 and outcome.server_cpu_us is None
+
+
+def test_workload_counts_due_fire_times_per_second_and_per_minute() -> None:
+    """W1's schedules are each due at every whole second of a window, W2's schedule k at the
+    seconds t with t % 60 == k % 60, and pgqueuer's (a minute's granularity) at whole minutes."""
+    from benchmarks._stored_workload import Workload
+
+    assert Workload("W1", 10, True).due(119.5, 122.5) == 30  # seconds 120, 121, 122
+    spread = Workload("W2", 120, False)
+    assert spread.due(120.0, 180.0) == 120  # a whole minute: each schedule once
+    assert spread.due(120.0, 121.0) == 2  # second 0: schedules 0 and 60
+    assert spread.due(100.0, 181.0, minutely=True) == 240  # minutes 120 and 180
