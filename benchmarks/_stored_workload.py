@@ -34,9 +34,9 @@ they recorded. Figures per run (`Outcome`):
   per process (the slowest).
 
 Run: ``python -m benchmarks._stored_workload [--quick] [--workload W1 W2] [--config ...]
-[--contender ...]`` prints one JSON line per run; ``--profile DIR`` writes a cProfile of each
-serving process of ours there (``python -m pstats``). `workload_metrics` gives the harness's
-rows for ``benchmarks/scheduler.py``.
+[--contender ...] [--window S]`` prints one JSON line per run; ``--profile DIR`` samples each
+serving process with py-spy over the window and writes its collapsed stacks there.
+`workload_metrics` gives the harness's rows for ``benchmarks/scheduler.py``.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ import json
 import logging
 import multiprocessing
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -169,17 +170,10 @@ def _rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def _serve_ours(url: str, workload: Workload, profile: str | None, ready: Any, stop: Any,
-                out: Any) -> None:
+def _serve_ours(url: str, workload: Workload, ready: Any, stop: Any, out: Any) -> None:
     from executors import BackgroundService
 
     logging.getLogger("executors.service").setLevel(logging.ERROR)
-    profiler = None
-    if profile is not None:
-        import cProfile
-
-        profiler = cProfile.Profile()
-        profiler.enable()
     began = time.perf_counter()
     svc = BackgroundService("bench-w", workers=WORKERS, store=url)
     for k in range(workload.schedules):
@@ -193,9 +187,6 @@ def _serve_ours(url: str, workload: Workload, profile: str | None, ready: Any, s
     ready.put((os.getpid(), time.perf_counter() - began))
     stop.wait()
     svc.shutdown(30)
-    if profiler is not None:
-        profiler.disable()
-        profiler.dump_stats(f"{profile}/ours-{os.getpid()}.prof")
     out.put(list(_stored_jobs.OURS_RUNS))
 
 
@@ -297,6 +288,18 @@ async def _install_pgqueuer(url: str) -> None:
         await conn.close()
 
 
+def _spies(folder: str | None, pids: list[int], seconds: float) -> list[subprocess.Popen[bytes]]:
+    """py-spy sampling each of `pids` for `seconds` (every thread, idle ones left out: the
+    samples are where the CPU goes), collapsed stacks written to `folder`; none without it."""
+    if folder is None:
+        return []
+    spy = str(Path(sys.executable).with_name("py-spy"))
+    return [subprocess.Popen([spy, "record", "-p", str(pid), "-d", str(int(seconds)), "-r", "100",
+                              "--format", "raw", "-o", f"{folder}/{pid}.txt"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for pid in pids]
+
+
 def run(contender: str, workload: Workload, config: Config, url: str, times: Timing, *,
         profile: str | None = None) -> Outcome:
     """One contender serving `workload` from `url` (a PostgreSQL DSN or a SQLite file's path)
@@ -308,7 +311,7 @@ def run(contender: str, workload: Workload, config: Config, url: str, times: Tim
     ready, stop, out = ctx.Queue(), ctx.Event(), ctx.Queue()
     if contender == OURS:
         store = url if config.store == "postgresql" else f"sqlite:///{url}"
-        target, args = _serve_ours, (store, workload, profile, ready, stop, out)
+        target, args = _serve_ours, (store, workload, ready, stop, out)
     elif contender == PGQUEUER:
         target, args = _serve_pgqueuer, (url, workload, ready, stop, out)
     else:
@@ -322,7 +325,10 @@ def run(contender: str, workload: Workload, config: Config, url: str, times: Tim
         time.sleep(times.warmup)  # the window follows the warm-up: a wall-clock span
         w0, client0, server0 = time.time(), sum(_cpu_of(p) for p in started), \
             _server_cpu(server)
+        spies = _spies(profile, list(started), times.window)
         time.sleep(times.window)
+        for spy in spies:
+            spy.wait(60)
         w1, client1, server1 = time.time(), sum(_cpu_of(p) for p in started), \
             _server_cpu(server)
         rss = max(_rss_mib(p) for p in started)
@@ -389,6 +395,9 @@ def _peer_available(peer: str, quick: bool) -> bool:
     return True
 
 
+NO_APSCHEDULER_4 = ("APScheduler 4 is not measured: it is the same distribution as APScheduler "
+                    "3 (`apscheduler` on PyPI), and one environment holds one version of it")
+
 FIGURES = (("done_pct", "runs done", "% of due", "higher"),
            ("p50_ms", "lateness p50", "ms", "lower"),
            ("p99_ms", "lateness p99", "ms", "lower"),
@@ -444,6 +453,7 @@ def workload_metrics(quick: bool) -> list[Metric]:
                          "file, 1 process (it cannot share a store)"}[config.peer]
             if peer is None:
                 peer_note = f"{config.peer}: not measured (quick mode, or not installed)"
+            peer_note += f"; {NO_APSCHEDULER_4}"
             for key, title, unit, better in FIGURES:
                 if key == "server_cpu_us" and config.store != "postgresql":
                     continue
@@ -466,7 +476,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", nargs="+", default=[c.label for c in CONFIGS])
     parser.add_argument("--contender", nargs="+", default=[OURS, PGQUEUER, APSCHEDULER])
     parser.add_argument("--window", type=float, default=None)
-    parser.add_argument("--profile", default=None, help="a folder for ours' cProfile files")
+    parser.add_argument("--profile", default=None,
+                        help="a folder for py-spy's collapsed stacks of the serving processes")
     args = parser.parse_args(argv)
     times = timing(args.quick)
     if args.window is not None:
@@ -480,7 +491,7 @@ def main(argv: list[str] | None = None) -> None:
                         continue
                     outcome = run(contender, workload, config,
                                   _where(config, found, contender, workload), times,
-                                  profile=args.profile if contender == OURS else None)
+                                  profile=args.profile)
                     print(json.dumps(dataclasses.asdict(outcome)), flush=True)
 
 

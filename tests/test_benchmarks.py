@@ -244,17 +244,22 @@ def test_bytecode_row_counts_every_party_and_leaves_no_tracer_behind() -> None:
 def test_two_processes_serving_one_sqlite_file_run_each_fire_time_once(tmp_path: Path) -> None:
     """Issue 35's workload harness: two spawned processes serving W1 (schedules due every
     second) from one SQLite file run every fire time of the window, none twice (counted over
-    both processes' records), and the run reports its CPU, memory and start-up."""
+    both processes' records), and the run reports its CPU, memory and start-up; with a profile
+    folder, py-spy's collapsed stacks of each serving process over the window land there."""
     from benchmarks import _stored_workload as w
 
     workload = w.Workload("W1", 5, True)
     config = next(c for c in w.CONFIGS if c.store == "sqlite")
+    spied = tmp_path / "spied"
+    spied.mkdir()
     outcome = w.run("executors", workload, config, str(tmp_path / "w1.db"),
-                    w.Timing(0.5, 1.5, 1.0))
+                    w.Timing(0.5, 1.5, 1.0), profile=str(spied))
     assert outcome.processes == 2 and outcome.duplicates == 0, outcome
     assert outcome.due >= 5 and outcome.done == outcome.due, outcome
     assert outcome.records >= outcome.done and outcome.p99_ms < 1000, outcome
     assert outcome.rss_mib > 0 and outcome.startup_s > 0 and outcome.server_cpu_us is None
+    stacks = sorted(spied.glob("*.txt"))
+    assert len(stacks) == 2 and all(p.stat().st_size > 0 for p in stacks), stacks
 
 
 def test_workload_counts_due_fire_times_per_second_and_per_minute() -> None:
