@@ -260,6 +260,34 @@ def test_two_processes_serving_one_sqlite_file_run_each_fire_time_once(tmp_path:
     assert outcome.rss_mib > 0 and outcome.startup_s > 0 and outcome.server_cpu_us is None
     stacks = sorted(spied.glob("*.txt"))
     assert len(stacks) == 2 and all(p.stat().st_size > 0 for p in stacks), stacks
+    from benchmarks._stored_profile import breakdown
+
+    assert sum(breakdown(spied).values()) > 0
+
+
+def test_profile_samples_go_to_the_innermost_part() -> None:
+    """A sample counts for the part its innermost recognised frame names: the plan made
+    inside a claim is the plan's, the target run by the run's bookkeeping is the target's, the
+    driver's frames under a completion are the completion's; unrecognised stacks are "other"."""
+    from benchmarks._stored_profile import part_of
+
+    loop = ["Thread.run (threading.py:982)", "StoreLoop._run (stored.py:390)",
+            "StoreLoop._serve (stored.py:460)"]
+    claim = [*loop, "PostgresStore.claim (postgres.py:380)", "settle_claim (_transitions.py:9)"]
+    assert part_of(claim) == "claim"
+    assert part_of([*claim, "LoopPlanner.__call__ (stored_plan.py:171)",
+                    "Cron.next_after (cron.py:200)", "_match (cron.py:90)"]) == "plan"
+    run = ["Thread.run (threading.py:982)", "Pool._run_worker (pool.py:120)",
+           "StoredRun.run (stored_run.py:129)", "run_claim (stored_run.py:95)"]
+    assert part_of(run) == "run bookkeeping"
+    assert part_of([*run, "Job._run_once (job.py:300)", "record_ours (_stored_jobs.py:36)"]) \
+        == "target"
+    assert part_of([*run, "StoreLoop.complete (stored.py:560)",
+                    "PostgresStore.complete (postgres.py:453)", "Cursor.execute (cursor.py:9)"]) \
+        == "completion write"
+    assert part_of(["Thread.run (threading.py:982)", "Pool._run_worker (pool.py:118)",
+                    "Queue.get (queue.py:171)"]) == "hand-off to the pool"
+    assert part_of(["<module> (bench.py:1)", "sleep (time.py:1)"]) == "other"
 
 
 def test_workload_counts_due_fire_times_per_second_and_per_minute() -> None:
