@@ -291,13 +291,14 @@ async def _install_pgqueuer(url: str) -> None:
 
 
 def _spies(folder: str | None, pids: list[int], seconds: float) -> list[subprocess.Popen[bytes]]:
-    """py-spy sampling each of `pids` for `seconds` (every thread, idle ones left out: the
-    samples are where the CPU goes), collapsed stacks written to `folder`; none without it."""
+    """py-spy sampling each of `pids` for `seconds`, collapsed stacks written to `folder`;
+    none without it. Only the thread holding the GIL is sampled (``--gil``): a thread waiting
+    for the server's answer in the driver is not idle to py-spy, and would count its wait."""
     if folder is None:
         return []
     spy = str(Path(sys.executable).with_name("py-spy"))
     return [subprocess.Popen([spy, "record", "-p", str(pid), "-d", str(int(seconds)), "-r", "100",
-                              "--format", "raw", "-o", f"{folder}/{pid}.txt"],
+                              "--gil", "--format", "raw", "-o", f"{folder}/{pid}.txt"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             for pid in pids]
 
