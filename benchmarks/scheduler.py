@@ -92,6 +92,7 @@ from sqlalchemy import create_engine, event
 from benchmarks import _stored_jobs
 from benchmarks._harness import OURS, Metric, run_area
 from benchmarks._store_claims import claims_metrics
+from benchmarks._stored_workload import workload_metrics
 from executors import BackgroundService, current_run
 from executors.testing import wait_until
 from executors.triggers import Cron
@@ -487,9 +488,9 @@ def _stored_metrics(quick: bool) -> list[Metric]:
     out += [Metric(f"{title}, {scenario.title}", unit, better,
                    {name: sampler(name, key) for name in STORED_SETUPS})
             for key, title, unit, better in rows]
-    # The claims per second of many processes on one PostgreSQL or MongoDB store, after the
-    # SQLite rows (no peer: APScheduler 3 cannot share a store between processes).
-    return out + claims_metrics(quick)
+    # Then the claims of many processes on one PostgreSQL or MongoDB store (no peer), and the
+    # stored W1 and W2 served by 1 and 2 processes, peers beside (benchmarks._stored_workload).
+    return out + claims_metrics(quick) + workload_metrics(quick)
 
 
 # -- next fire times -----------------------------------------------------------------------

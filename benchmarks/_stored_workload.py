@@ -1,0 +1,502 @@
+"""Issue 35's workload: stored cron schedules served by one or two processes, peers beside ours.
+
+Two workloads (`WORKLOADS`): **W1**, 1,000 schedules due every second (6-field
+``"* * * * * *"``); **W2**, 10,000 schedules spread over each minute (schedule k at second
+k % 60, 167 runs due each second). Each runs on a throwaway PostgreSQL with 1 and 2 serving
+processes and on one SQLite file with 2 processes (`CONFIGS`).
+
+A **serving process** is spawned, declares every schedule of the workload and serves them:
+ours is ``BackgroundService(store=url)`` with ``svc.cron(expression, record_ours, tz="UTC",
+name=...)``, the target recording (start, name, the fire time it was claimed for). Peers:
+**pgqueuer** on the same PostgreSQL (``@pgq.schedule(name, "* * * * *")``: its cron has a
+minute's granularity, so both workloads are, for it, N schedules due at each minute; its run
+cannot see its fire time, which is the minute its claim moved ``next_run`` from) and
+**APScheduler 3** with its SQLAlchemyJobStore on the SQLite file, 1 process (it cannot share
+a store between processes), set up as `benchmarks.scheduler`'s stored rows set it up.
+APScheduler 4 is left out: it is the same distribution as APScheduler 3, and one environment
+holds one of them.
+
+The parent waits until every serving process is ready, lets a warm-up pass, then measures a
+window [w0, w1): the CPU time of each serving process and of PostgreSQL's processes (the
+postmaster and its children, the serving processes' backends among them: ``/proc/<pid>/stat``
+before and after), and each serving process's resident memory at w1. After a grace period
+(runs of fire times late in the window may still start) the processes stop and hand over what
+they recorded. Figures per run (`Outcome`):
+
+- **runs done**: distinct (name, fire time) pairs with the fire time in the window, as a
+  percentage of those due in it;
+- **lateness p50 / p99**: start minus fire time of those runs;
+- **duplicates**: (name, fire time) pairs run more than once, over every record of every process
+  (warm-up included): checked, not assumed;
+- **client / server CPU per run**: CPU seconds in the window over the runs done;
+- **memory**: resident set size per serving process (the largest);
+- **start-up**: from before the scheduler is made to every schedule declared and planned,
+  per process (the slowest).
+
+Run: ``python -m benchmarks._stored_workload [--quick] [--workload W1 W2] [--config ...]
+[--contender ...] [--window S]`` prints one JSON line per run; ``--profile DIR`` samples each
+serving process with py-spy over the window and writes its collapsed stacks there.
+`workload_metrics` gives the harness's rows for ``benchmarks/scheduler.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import json
+import logging
+import multiprocessing
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from benchmarks import _stored_jobs
+from benchmarks._harness import OURS, Metric
+from benchmarks._store_claims import _cpu_of, _server_cpu, _server_pids
+
+__all__ = ("CONFIGS", "WORKLOADS", "Outcome", "Workload", "main", "run", "workload_metrics")
+
+PGQUEUER = "pgqueuer"
+APSCHEDULER = "APScheduler"
+#: The workers of each serving process of ours (the scheduler benchmark's).
+WORKERS = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """N stored schedules; schedule k's seconds field is ``"*"`` or ``str(k % 60)``."""
+
+    key: str
+    schedules: int
+    every_second: bool
+
+    def second(self, k: int) -> str:
+        return "*" if self.every_second else str(k % 60)
+
+    def expression(self, k: int) -> str:
+        return f"{self.second(k)} * * * * *"
+
+    def due(self, w0: float, w1: float, *, minutely: bool = False) -> int:
+        """Fire times in [w0, w1): per whole second (ours, APScheduler), or N at each whole
+        minute (`minutely`: pgqueuer's granularity)."""
+        seconds = range(int(w0) + (w0 != int(w0)), int(w1) + (w1 != int(w1)))
+        if minutely:
+            return self.schedules * sum(1 for t in seconds if t % 60 == 0)
+        if self.every_second:
+            return self.schedules * len(seconds)
+        per_second = collections.Counter(k % 60 for k in range(self.schedules))
+        return sum(per_second[t % 60] for t in seconds)
+
+
+def workloads(quick: bool) -> dict[str, Workload]:
+    if quick:
+        return {"W1": Workload("W1", 20, True), "W2": Workload("W2", 120, False)}
+    return {"W1": Workload("W1", 1_000, True), "W2": Workload("W2", 10_000, False)}
+
+
+WORKLOADS = workloads(False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Where the schedules are kept and how many processes serve them (ours; a peer that
+    cannot share a store serves with one)."""
+
+    label: str
+    store: str  # "postgresql" or "sqlite"
+    processes: int
+    peer: str
+
+
+CONFIGS = (Config("PostgreSQL, 1 process", "postgresql", 1, PGQUEUER),
+           Config("PostgreSQL, 2 processes", "postgresql", 2, PGQUEUER),
+           Config("SQLite file, 2 processes", "sqlite", 2, APSCHEDULER))
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    warmup: float
+    window: float
+    grace: float
+
+
+def timing(quick: bool) -> Timing:
+    # A full window holds a whole minute: W2's every schedule, and pgqueuer's one fire time.
+    # The grace lets a run of a fire time late in the window start (pgqueuer started 10,000
+    # schedules' runs of one minute over 13 s); one later than that counts as not done.
+    return Timing(1.0, 2.0, 1.0) if quick else Timing(5.0, 61.0, 15.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """One measured run of one contender (see the module's docstring)."""
+
+    contender: str
+    workload: str
+    config: str
+    processes: int
+    schedules: int
+    due: int
+    done: int
+    done_pct: float
+    p50_ms: float
+    p99_ms: float
+    duplicates: int
+    records: int
+    client_cpu_us: float
+    server_cpu_us: float | None
+    rss_mib: float
+    startup_s: float
+    load: float
+
+
+# -- the serving processes -------------------------------------------------------------------
+
+
+def _rss_mib(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def _serve_ours(url: str, workload: Workload, ready: Any, stop: Any, out: Any) -> None:
+    from executors import BackgroundService
+
+    logging.getLogger("executors.service").setLevel(logging.ERROR)
+    began = time.perf_counter()
+    svc = BackgroundService("bench-w", workers=WORKERS, store=url)
+    for k in range(workload.schedules):
+        svc.cron(workload.expression(k), _stored_jobs.record_ours, tz="UTC", name=f"s{k:05d}")
+    jobs = svc.jobs
+    svc.start()
+    # Ready: every schedule declared in the store and planned (its next fire time known).
+    deadline = time.monotonic() + 600
+    while any(job.next_fire is None for job in jobs) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    ready.put((os.getpid(), time.perf_counter() - began))
+    stop.wait()
+    svc.shutdown(30)
+    out.put(list(_stored_jobs.OURS_RUNS))
+
+
+#: pgqueuer's runs in this process: (start, name, fire time).
+_PGQ_RUNS: list[tuple[float, str, float]] = []
+
+
+def _pgq_target(name: str) -> Callable[[Any], Any]:
+    async def run(schedule: Any) -> None:
+        start = time.time()
+        # Its claim set next_run to the next whole minute (truncated to the second): the
+        # fire time it ran for is the minute before.
+        _PGQ_RUNS.append((start, name, round(schedule.next_run.timestamp() / 60) * 60 - 60))
+
+    return run
+
+
+def _serve_pgqueuer(url: str, workload: Workload, ready: Any, stop: Any, out: Any) -> None:
+    import asyncpg
+    from pgqueuer import PgQueuer
+
+    logging.getLogger("pgqueuer").setLevel(logging.ERROR)
+
+    async def main() -> None:
+        began = time.perf_counter()
+        conn = await asyncpg.connect(url)
+        pgq = PgQueuer.from_asyncpg_connection(conn)
+        for k in range(workload.schedules):
+            pgq.schedule(f"s{k:05d}", "* * * * *")(_pgq_target(f"s{k:05d}"))
+        queries = pgq.sm.queries
+        insert = queries.insert_schedule
+
+        async def inserted(*args: Any) -> Any:
+            # Its scheduler inserts every schedule before its first poll: ready then.
+            result = await insert(*args)
+            ready.put((os.getpid(), time.perf_counter() - began))
+            return result
+
+        queries.insert_schedule = inserted  # type: ignore[method-assign]
+        task = asyncio.create_task(pgq.sm.run())
+        await asyncio.get_running_loop().run_in_executor(None, stop.wait)
+        pgq.sm.shutdown.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 30)
+        await conn.close()
+
+    asyncio.run(main())
+    out.put(list(_PGQ_RUNS))
+
+
+def _serve_apscheduler(path: str, workload: Workload, ready: Any, stop: Any, out: Any) -> None:
+    from benchmarks.scheduler import StoredScenario, _stored_apscheduler, _StoredRuns
+
+    class Scenario(StoredScenario):
+        def fields(self, k: int) -> tuple[str, str]:
+            return workload.second(k), "*"
+
+    began = time.perf_counter()
+    runs = _StoredRuns()
+    teardown, finish = _stored_apscheduler(Scenario(workload.schedules, 1, 0.0, 0.0),
+                                           Path(path), runs)
+    ready.put((os.getpid(), time.perf_counter() - began))
+    stop.wait()
+    teardown()
+    finish()
+    out.put(runs.runs)
+
+
+# -- one run ---------------------------------------------------------------------------------
+
+
+def _percentile(values: list[float], p: float) -> float:
+    return values[min(len(values) - 1, int(p * len(values)))] * 1000 if values else float("nan")
+
+
+def _reset_postgres(url: str) -> None:
+    """Empty ours and pgqueuer's schedule tables (pgqueuer's made if missing)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        for table in ("executors_schedules", "pgqueuer_schedules"):
+            exists = conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()
+            if exists is not None and exists[0] is not None:
+                conn.execute(f"TRUNCATE {table}")
+        if conn.execute("SELECT to_regclass('pgqueuer_schedules')").fetchone() == (None,):
+            asyncio.run(_install_pgqueuer(url))
+        conn.execute("VACUUM ANALYZE")
+
+
+async def _install_pgqueuer(url: str) -> None:
+    import asyncpg
+    from pgqueuer.db import AsyncpgDriver
+    from pgqueuer.queries import Queries
+
+    conn = await asyncpg.connect(url)
+    try:
+        await Queries(AsyncpgDriver(conn)).install()
+    finally:
+        await conn.close()
+
+
+def _spies(folder: str | None, pids: list[int], seconds: float) -> list[subprocess.Popen[bytes]]:
+    """py-spy sampling each of `pids` for `seconds`, collapsed stacks written to `folder`;
+    none without it. Only the thread holding the GIL is sampled (``--gil``): a thread waiting
+    for the server's answer in the driver is not idle to py-spy, and would count its wait."""
+    if folder is None:
+        return []
+    spy = str(Path(sys.executable).with_name("py-spy"))
+    return [subprocess.Popen([spy, "record", "-p", str(pid), "-d", str(int(seconds)), "-r", "100",
+                              "--gil", "--format", "raw", "-o", f"{folder}/{pid}.txt"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for pid in pids]
+
+
+def run(contender: str, workload: Workload, config: Config, url: str, times: Timing, *,
+        profile: str | None = None) -> Outcome:
+    """One contender serving `workload` from `url` (a PostgreSQL DSN or a SQLite file's path)
+    with `config`'s processes (1 for APScheduler), measured over `times`' window."""
+    processes = 1 if contender == APSCHEDULER else config.processes
+    if config.store == "postgresql":
+        _reset_postgres(url)
+    ctx = multiprocessing.get_context("spawn")
+    ready, stop, out = ctx.Queue(), ctx.Event(), ctx.Queue()
+    if contender == OURS:
+        store = url if config.store == "postgresql" else f"sqlite:///{url}"
+        target, args = _serve_ours, (store, workload, ready, stop, out)
+    elif contender == PGQUEUER:
+        target, args = _serve_pgqueuer, (url, workload, ready, stop, out)
+    else:
+        target, args = _serve_apscheduler, (url, workload, ready, stop, out)
+    procs = [ctx.Process(target=target, args=args) for _ in range(processes)]
+    for p in procs:
+        p.start()
+    try:
+        started = dict(ready.get(timeout=900) for _ in procs)
+        server = _server_pids(url, None) if config.store == "postgresql" else None
+        time.sleep(times.warmup)  # the window follows the warm-up: a wall-clock span
+        w0, client0, server0 = time.time(), sum(_cpu_of(p) for p in started), \
+            _server_cpu(server)
+        spies = _spies(profile, list(started), times.window)
+        time.sleep(times.window)
+        for spy in spies:
+            spy.wait(60)
+        w1, client1, server1 = time.time(), sum(_cpu_of(p) for p in started), \
+            _server_cpu(server)
+        rss = max(_rss_mib(p) for p in started)
+        time.sleep(times.grace)
+        stop.set()
+        records = [r for _ in procs for r in out.get(timeout=120)]
+    finally:
+        for p in procs:
+            p.join(60)
+            if p.is_alive():
+                p.kill()
+    seen = collections.Counter((name, fire) for _, name, fire in records)
+    first: dict[tuple[str, float], float] = {}
+    for start, name, fire in records:
+        if w0 <= fire < w1:
+            first[(name, fire)] = min(start, first.get((name, fire), start))
+    late = sorted(start - fire for (_, fire), start in first.items())
+    due = workload.due(w0, w1, minutely=contender == PGQUEUER)
+    done = max(1, len(first))
+    return Outcome(
+        contender, workload.key, config.label, processes, workload.schedules, due, len(first),
+        100.0 * len(first) / due if due else float("nan"), _percentile(late, 0.50),
+        _percentile(late, 0.99), sum(n - 1 for n in seen.values()), len(records),
+        1e6 * (client1 - client0) / done,
+        None if server0 is None or server1 is None else 1e6 * (server1 - server0) / done,
+        rss, max(started.values()), os.getloadavg()[0])
+
+
+# -- the stores and the harness's rows -------------------------------------------------------
+
+
+@contextlib.contextmanager
+def stores() -> Iterator[dict[str, str]]:
+    """A throwaway PostgreSQL (left out, and said so, where none starts) and a folder for the
+    SQLite files, while the block runs: ``{"postgresql": dsn, "sqlite": folder}``."""
+    from tests.helpers.postgres import temporary_server
+
+    found: dict[str, str] = {}
+    with contextlib.ExitStack() as stack:
+        try:
+            found["postgresql"] = stack.enter_context(temporary_server())
+        except (FileNotFoundError, RuntimeError) as exc:
+            print(f"[stored workload] no PostgreSQL: {exc}", file=sys.stderr)
+        found["sqlite"] = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-w-"))
+        yield found
+
+
+def _where(config: Config, found: dict[str, str], contender: str, workload: Workload) -> str:
+    if config.store == "postgresql":
+        return found["postgresql"]
+    name = f"{contender}-{workload.key}-{time.monotonic_ns()}.db"  # a fresh file per run
+    return str(Path(found["sqlite"]) / name)
+
+
+def _peer_available(peer: str, quick: bool) -> bool:
+    if peer == PGQUEUER:
+        # Its fire times fall on whole minutes: a quick window of 2 s holds none.
+        if quick:
+            return False
+        try:
+            import pgqueuer  # noqa: F401
+        except ImportError:
+            return False
+    return True
+
+
+NO_APSCHEDULER_4 = ("APScheduler 4 is not measured: it is the same distribution as APScheduler "
+                    "3 (`apscheduler` on PyPI), and one environment holds one version of it")
+
+FIGURES = (("done_pct", "runs done", "% of due", "higher"),
+           ("p50_ms", "lateness p50", "ms", "lower"),
+           ("p99_ms", "lateness p99", "ms", "lower"),
+           ("duplicates", "duplicates", "runs", "lower"),
+           ("client_cpu_us", "client CPU per run", "µs", "lower"),
+           ("server_cpu_us", "server CPU per run", "µs", "lower"),
+           ("rss_mib", "memory per process", "MiB", "lower"),
+           ("startup_s", "start-up to ready", "s", "lower"))
+
+
+def workload_metrics(quick: bool) -> list[Metric]:
+    """The rows: per workload and configuration, ours and its peer, each figure of `Outcome`
+    (server CPU on PostgreSQL only; memory and start-up for W2, the 10,000 schedules)."""
+    stack = contextlib.ExitStack()
+    found = stack.enter_context(stores())
+    import atexit
+
+    atexit.register(stack.close)
+    times = timing(quick)
+    outcomes: dict[tuple[str, str, str], list[Outcome]] = {}
+    reads: collections.Counter[tuple[str, str, str, str]] = collections.Counter()
+
+    def sampler(contender: str, workload: Workload, config: Config,
+                key: str) -> Callable[[], float]:
+        def sample() -> float:
+            at = (contender, workload.key, config.label)
+            k = reads[(*at, key)]
+            reads[(*at, key)] += 1
+            done = outcomes.setdefault(at, [])
+            while len(done) <= k:
+                outcome = run(contender, workload, config,
+                              _where(config, found, contender, workload), times)
+                print(f"[stored workload] {json.dumps(dataclasses.asdict(outcome))}",
+                      file=sys.stderr, flush=True)
+                if outcome.duplicates and contender == OURS:
+                    raise AssertionError(f"ours ran fire times twice: {outcome}")
+                done.append(outcome)
+            value = getattr(done[k], key)
+            return float("nan") if value is None else float(value)
+
+        return sample
+
+    metrics = []
+    for workload in workloads(quick).values():
+        for config in CONFIGS:
+            if config.store not in found:
+                continue
+            peer = config.peer if _peer_available(config.peer, quick) else None
+            peer_note = {PGQUEUER: "pgqueuer: `* * * * *`, its cron's finest (a minute): "
+                         f"{workload.schedules:,} schedules due at each minute; its fire "
+                         "time is the minute its claim moved next_run from",
+                         APSCHEDULER: "APScheduler 3: SQLAlchemyJobStore on its own SQLite "
+                         "file, 1 process (it cannot share a store)"}[config.peer]
+            if peer is None:
+                peer_note = f"{config.peer}: not measured (quick mode, or not installed)"
+            peer_note += f"; {NO_APSCHEDULER_4}"
+            for key, title, unit, better in FIGURES:
+                if key == "server_cpu_us" and config.store != "postgresql":
+                    continue
+                if key in ("rss_mib", "startup_s") and workload.every_second:
+                    continue
+                contenders: dict[str, Callable[[], float] | None] = {
+                    OURS: sampler(OURS, workload, config, key),
+                    config.peer: None if peer is None else
+                    sampler(config.peer, workload, config, key)}
+                metrics.append(Metric(
+                    f"stored {workload.key} {title}, {workload.schedules:,} schedules, "
+                    f"{config.label}", unit, better, contenders, note=peer_note))
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks._stored_workload")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--workload", nargs="+", default=["W1", "W2"])
+    parser.add_argument("--config", nargs="+", default=[c.label for c in CONFIGS])
+    parser.add_argument("--contender", nargs="+", default=[OURS, PGQUEUER, APSCHEDULER])
+    parser.add_argument("--window", type=float, default=None)
+    parser.add_argument("--profile", default=None,
+                        help="a folder for py-spy's collapsed stacks of the serving processes")
+    args = parser.parse_args(argv)
+    times = timing(args.quick)
+    if args.window is not None:
+        times = dataclasses.replace(times, window=args.window)
+    with stores() as found:
+        for key in args.workload:
+            workload = workloads(args.quick)[key]
+            for config in (c for c in CONFIGS if c.label in args.config):
+                for contender in (OURS, config.peer):
+                    if contender not in args.contender or config.store not in found:
+                        continue
+                    outcome = run(contender, workload, config,
+                                  _where(config, found, contender, workload), times,
+                                  profile=args.profile)
+                    print(json.dumps(dataclasses.asdict(outcome)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
