@@ -146,11 +146,19 @@ def test_declare_keeps_unchanged_state_updates_a_changed_one_and_keeps_the_undec
     store.close()
 
 
-def _overdue(db: str, policy: str, minutes: int) -> SQLiteScheduleStore:
-    """Declare an every-minute schedule "minutely", stop, and move its next fire time
-    `minutes` back (what the store holds after that long with nobody serving); the store."""
+def _minutely() -> Interval:
+    """Every minute, on a grid whose latest point passed 30 s ago: no fire time falls due
+    while a test runs (a restart within a second of a grid point let the first claim's run
+    be given back by a closing service and judged again with the next fire time)."""
+    return Interval(60, start=dt.datetime.now(dt.UTC) - dt.timedelta(days=1, seconds=30))
+
+
+def _overdue(db: str, policy: str, minutes: int, trigger: Interval) -> SQLiteScheduleStore:
+    """Declare an every-minute schedule "minutely" (`trigger`), stop, and move its next fire
+    time `minutes` back (what the store holds after that long with nobody serving); the
+    store."""
     with BackgroundService("first", store=db) as svc:
-        svc.schedule(Interval(60), stored_jobs.seen, "r", name="minutely", missed=policy)  # type: ignore[arg-type]
+        svc.schedule(trigger, stored_jobs.seen, "r", name="minutely", missed=policy)  # type: ignore[arg-type]
     store = SQLiteScheduleStore(db[10:])
     record = store.get("minutely")
     assert record is not None and record.next_fire is not None
@@ -161,12 +169,13 @@ def _overdue(db: str, policy: str, minutes: int) -> SQLiteScheduleStore:
 def _restart_with(db: str, *, services: int, policy: str) -> list[ServiceEvent]:
     """Declare an every-minute schedule, stop, move its next fire 180 minutes back, then
     start `services` services on the store at once; wait for the first run."""
-    store = _overdue(db, policy, 180)
+    trigger = _minutely()
+    store = _overdue(db, policy, 180, trigger)
     events: list[ServiceEvent] = []
     svcs = [BackgroundService(f"s{i}", store=db) for i in range(services)]
     for svc in svcs:
         svc.subscribe(events.append, RunMissed)
-        svc.schedule(Interval(60), stored_jobs.seen, "r", name="minutely", missed=policy)  # type: ignore[arg-type]
+        svc.schedule(trigger, stored_jobs.seen, "r", name="minutely", missed=policy)  # type: ignore[arg-type]
     for svc in svcs:
         svc.start()
     try:
@@ -271,10 +280,11 @@ def test_resume_reaches_the_store_whatever_the_jobs_copy_says(db: str) -> None:
 def test_missed_all_runs_every_fire_time_once_across_services(tmp_path: Path) -> None:
     """"all": 5 fire times overdue, two services: each runs once, in order, none twice."""
     db = f"sqlite:///{tmp_path / 'all.db'}"
-    store = _overdue(db, "all", 5)
+    trigger = _minutely()
+    store = _overdue(db, "all", 5, trigger)
     svcs = [BackgroundService(f"s{i}", store=db) for i in range(2)]
     for svc in svcs:
-        svc.schedule(Interval(60), stored_jobs.seen, "r", name="minutely", missed="all")
+        svc.schedule(trigger, stored_jobs.seen, "r", name="minutely", missed="all")
         svc.start()
     try:
         wait_until(lambda: len(stored_jobs.SEEN) >= 5, 10)
@@ -289,11 +299,12 @@ def test_missed_all_runs_every_fire_time_once_across_services(tmp_path: Path) ->
 def test_missed_all_announces_a_group_once_while_its_claims_walk_it(db: str) -> None:
     """"all" walks 5 overdue fire times one claim each: the group is logged, counted in the
     job's statistics and announced once (5 missed, 5 run), not once per claim of the walk."""
-    _overdue(db, "all", 5).close()
+    trigger = _minutely()
+    _overdue(db, "all", 5, trigger).close()
     with BackgroundService("s", store=db) as svc:
         events: list[ServiceEvent] = []
         svc.subscribe(events.append, RunMissed)
-        job = svc.schedule(Interval(60), stored_jobs.seen, "r", name="minutely", missed="all")
+        job = svc.schedule(trigger, stored_jobs.seen, "r", name="minutely", missed="all")
         wait_until(lambda: len(stored_jobs.SEEN) >= 5, 10)
         wait_until(lambda: job.statistics().runs >= 5, 10)
         stats = job.statistics()
