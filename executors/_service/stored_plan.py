@@ -184,9 +184,11 @@ class LoopPlanner:
             # One fire time per claim: the next claim takes the next one (a group of due
             # fire times is walked once, here, and the rest stay due in the record). This
             # claim counts the ones it drops and the one it runs (late: a later one is due).
-            plan = Plan(d.runs[0], d.runs[1], d.count - len(d.runs) + 1)
+            plan = Plan(d.runs[0], d.runs[1], d.count - len(d.runs) + 1, True)
         else:
-            plan = Plan(d.runs[-1] if d.runs else None, d.next_fire, d.missed)
+            # The fire time run is one of the missed (run late) when any missed one runs.
+            plan = Plan(d.runs[-1] if d.runs else None, d.next_fire, d.missed,
+                        bool(d.runs) and d.ran > 0)
         self.planned[key] = plan.next_fire
         if link is not None and record.definition == link.definition:
             self.trusted.add(key)

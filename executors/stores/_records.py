@@ -215,6 +215,9 @@ class Claim:
     definition: ScheduleDefinition
     #: The token stored in the record by this claim: renewal and completion match it.
     token: str
+    #: The claim counted its own fire time in the record's ``missed`` (due to run late): given
+    #: back unstarted, that count is taken back, and the next claim judges the fire time again.
+    run_late: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,6 +231,9 @@ class Plan:
     #: How many due fire times this claim counts as missed: run late or not run (the
     #: definition of ``wallclock.Decision.missed``, the one the log and `RunMissed` use).
     missed: int = 0
+    #: `missed` counts `run` itself (it runs late): a claim given back unstarted takes that one
+    #: count back (`Claim.run_late`), so a fire time is never counted twice.
+    run_late: bool = False
 
 
 #: ``planner(record, store_now) -> Plan``: what to do with a record that is due at `store_now`;

@@ -128,7 +128,7 @@ def settle_claim(record: ScheduleRecord, owner: str, now: dt.datetime, lease: fl
         running_fire=plan.run, attempt=1, counters=counters, last_fire=record.last_fire,
         last_result=record.last_result, claim_token=token, last_owner=record.last_owner)
     return updated, Claim(record.name, plan.run, 1, version, lease_until, record.definition,
-                          token)
+                          token, plan.run_late)
 
 
 def finish_record(record: ScheduleRecord, result: str) -> ScheduleRecord:
@@ -147,7 +147,9 @@ def finish_record(record: ScheduleRecord, result: str) -> ScheduleRecord:
 def given_back(record: ScheduleRecord, claim: Claim, now: dt.datetime) -> ScheduleRecord:
     """The record after `claim` is given back unstarted (by an owner that is closing), as if
     it had not been made: a first attempt's fire time is due again (the next fire time moves
-    back to it) with no run in progress and nothing counted, for any owner to claim at once; a
+    back to it) with no run in progress, for any owner to claim at once, and uncounted (a
+    claim that counted it missed, to run late, takes that count back: the next claim judges
+    it again; the fire times the claim dropped stay counted, they are not due again); a
     rerun's lease ends now, so the next claim settles it as the crash it came from
     (``on_crash``), with the next attempt. Not a crash: the schedule is not held for a lease."""
     if claim.attempt > 1:
@@ -155,9 +157,12 @@ def given_back(record: ScheduleRecord, claim: Claim, now: dt.datetime) -> Schedu
     next_fire = record.next_fire
     if next_fire is None or next_fire > claim.fire_time:
         next_fire = claim.fire_time
+    counters = record.counters
+    if claim.run_late:
+        counters = {**counters, "missed": max(0, counters["missed"] - 1)}
     return dataclasses.replace(record, version=record.version + 1, next_fire=next_fire,
                                owner=None, lease_until=None, running_fire=None,
-                               claim_token=None)
+                               claim_token=None, counters=counters)
 
 
 def holds(record: ScheduleRecord | None, claim: Claim) -> TypeGuard[ScheduleRecord]:

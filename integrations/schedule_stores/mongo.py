@@ -71,7 +71,7 @@ _NOT_CLAIMED = ("_id", "definition", "digest", "paused")
 _RUN = ("owner", "lease_until", "running_fire", "attempt", "claim_token")
 # What a run's end writes (`finish_record`).
 _FINISHED = ("version", *_RUN, "counters", "last_fire", "last_result", "last_owner")
-_GIVEN_BACK = ("version", *_RUN, "next_fire")
+_GIVEN_BACK = ("version", *_RUN, "next_fire", "counters")
 _META = "executors_meta"
 #: See `MongoScheduleStore.__init__`.
 _SOCKET_TIMEOUT_MS = 30_000

@@ -226,6 +226,32 @@ def test_a_claim_given_back_is_due_again_at_once_with_nothing_counted(
     assert store.complete(again, "ok")
 
 
+def test_a_claim_given_back_takes_back_the_count_of_its_late_fire_time_only(
+        store: ScheduleStore) -> None:
+    """A claim that counted its own fire time missed (it was to run late) and is given back
+    unstarted takes that one count back: the next claim judges the fire time again, so it is
+    counted once; the fire times the claim dropped stay counted (a closing service once made a
+    restart count 181 missed for 180)."""
+    declare_due(store, ago=3 * PERIOD.total_seconds())
+
+    def late(record: ScheduleRecord, now: dt.datetime) -> Plan:
+        # Three due fire times: two dropped, the latest run late (all three missed).
+        plan = every_period(record, now)
+        return Plan(plan.run, plan.next_fire, plan.missed + 1, run_late=True)
+
+    (c,) = store.claim("p1", lease=30, limit=10, planner=late, on_crash=drop)  # type: ignore[arg-type]
+    assert c.run_late
+    record = store.get("job")
+    assert record is not None and record.counters["missed"] == 4
+    assert store.give_back(c)
+    record = store.get("job")
+    assert record is not None and record.counters["missed"] == 3
+    assert record.next_fire == c.fire_time
+    (again,) = claim(store, "p2")  # judged again: on time now, by this planner
+    assert again.fire_time >= c.fire_time and not again.run_late
+    assert store.complete(again, "ok")
+
+
 def test_a_rerun_given_back_is_rerun_by_the_next_claim(store: ScheduleStore) -> None:
     """A rerun's claim given back leaves the crash it came from to the next claim."""
     declare_due(store)
