@@ -19,7 +19,7 @@ from itertools import pairwise
 
 from cronsim import CronSim, CronSimError
 
-__all__ = ("FIELD_NAMES", "CronFields")
+__all__ = ("FIELD_NAMES", "CronFields", "fields_of")
 
 #: The six fields, seconds first (a 5-field expression has no seconds field).
 FIELD_NAMES = ("second", "minute", "hour", "day-of-month", "month", "day-of-week")
@@ -136,6 +136,24 @@ def day_pattern(dom: str, month: str, dow: str) -> _DayPattern | None:
     return made
 
 
+# A field's sorted values -> one tuple of them, shared by every expression with that field:
+# the sixty minutes of ``*`` are kept once, not once per expression. Bounded as `_PATTERNS`.
+_VALUES: dict[tuple[int, ...], tuple[int, ...]] = {}
+_KEPT_VALUES = 4096
+
+
+def _shared(values: set[int]) -> tuple[int, ...]:
+    """`values` sorted, as the tuple every other field with these values holds."""
+    key = tuple(sorted(values))
+    found = _VALUES.get(key)
+    if found is not None:
+        return found
+    if len(_VALUES) >= _KEPT_VALUES:
+        _VALUES.clear()
+    _VALUES[key] = key
+    return key
+
+
 class CronFields:
     """One parsed expression: which local wall-clock times match it.
 
@@ -152,13 +170,21 @@ class CronFields:
                 f"expression: expected 5 fields (minute hour day-of-month month day-of-week) "
                 f"or 6 (second first), got {len(parts)} in {expression!r}")
         six = parts if len(parts) == 6 else ["0", *parts]
-        for index, text in enumerate(six):
-            # Checked as written (a bad step in 30-30/x is still named), parsed normalized.
-            if not _parses(index, text):
-                # cronsim says only "Bad <field>": find the token it refused.
-                bad = next((tok for tok in text.split(",") if not _parses(index, tok)), text)
-                raise ValueError(
-                    f"{FIELD_NAMES[index]} field: bad token {bad!r} in {expression!r}")
+        # Checked as written (a bad step in 30-30/x is still named), parsed normalized. One
+        # parse of the whole expression when it is good; the field-by-field probes only
+        # name what a bad one got wrong (cronsim says only "Bad <field>").
+        written: CronSim | None
+        try:
+            written = CronSim(" ".join(six), _ANCHOR)
+        except CronSimError:
+            written = None  # a bad token, or day fields that never meet (found below)
+            for index, text in enumerate(six):
+                if not _parses(index, text):
+                    bad = next((tok for tok in text.split(",") if not _parses(index, tok)),
+                               text)
+                    raise ValueError(
+                        f"{FIELD_NAMES[index]} field: bad token {bad!r} in {expression!r}"
+                        ) from None
         normalized = [_normalized(text) for text in six]
         pattern = day_pattern(*normalized[3:])
         self.expression = expression
@@ -170,11 +196,12 @@ class CronFields:
             raise ValueError(
                 f"expression: {expression!r} never fires: no date matches its day-of-month, "
                 f"month and day-of-week fields")
-        sim = CronSim(" ".join(normalized), _ANCHOR)
+        sim = written if written is not None and normalized == six else CronSim(
+            " ".join(normalized), _ANCHOR)
         self._days = pattern
-        self._seconds = sorted(sim.seconds)
-        self._minutes = sorted(sim.minutes)
-        self._hours = sorted(sim.hours)
+        self._seconds = _shared(sim.seconds)
+        self._minutes = _shared(sim.minutes)
+        self._hours = _shared(sim.hours)
 
     def _year(self, year: int) -> tuple[list[int], frozenset[int]]:
         """The ordinals of the matching days of `year` (sorted, and as a set)."""
@@ -247,3 +274,28 @@ class CronFields:
         span += 3600 * (hours[-1] - hours[0])
         gaps.append(86400 - span)
         return min(gaps)
+
+
+# expression -> its parsed fields, shared by every `Cron` of that expression (whatever its
+# zone): ten thousand schedules of sixty expressions keep sixty parses, not ten thousand.
+# Started afresh when full (schedules made before keep theirs). Single dict operations, as
+# `_PATTERNS`: two threads parsing one expression at once make two equal objects, one kept.
+_FIELDS: dict[str, CronFields] = {}
+_KEPT_FIELDS = 4096
+
+
+def fields_of(expression: str) -> CronFields:
+    """The parsed fields of `expression`, shared with every other caller that asks for it.
+
+    A `CronFields` is never changed once made, so sharing it is safe. An expression that
+    fails is not kept: each call raises `CronFields`' ValueError again.
+    """
+    try:
+        return _FIELDS[expression]
+    except KeyError:
+        pass
+    made = CronFields(expression)
+    if len(_FIELDS) >= _KEPT_FIELDS:
+        _FIELDS.clear()
+    _FIELDS[expression] = made
+    return made

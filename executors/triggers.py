@@ -43,7 +43,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from . import _search_budget, _validate, _zones
 from ._calendar import CalendarPattern
-from ._cron import CronFields
+from ._cron import CronFields, fields_of
 from ._trigger_data import checked, iso, number, text, whole
 from ._zones import ZoneTable, zone_table
 
@@ -59,6 +59,8 @@ _UTC = UTC
 _EPOCH = datetime(1970, 1, 1, tzinfo=_UTC)
 _NAIVE_EPOCH = datetime(1970, 1, 1)
 _US = timedelta(microseconds=1)
+# One zero offset for every un-jittered trigger (thousands of schedules, one object).
+_NO_JITTER = timedelta(0)
 _GAPS = ("shift", "skip")
 _FOLDS = ("first", "last", "both")
 
@@ -224,7 +226,7 @@ class Cron(_Value):
                  end: datetime | None = None, jitter: float = 0) -> None:
         if not isinstance(expression, str):
             raise TypeError(f"expression must be a str, got {type(expression).__name__}")
-        fields = CronFields(expression)
+        fields = fields_of(expression)
         zone = _zone(tz)
         _choice(gap, "gap", _GAPS)
         _choice(fold, "fold", _FOLDS)
@@ -240,7 +242,8 @@ class Cron(_Value):
                 f"{expression!r} ({smallest} s), got {jitter!r}")
         self._set(expression=expression, tz=zone, gap=gap, fold=fold,
                   start=_out(start_u), end=_out(end_u), jitter=jitter, _fields=fields,
-                  _start=start_u, _end=end_u, _jitter=timedelta(seconds=jitter),
+                  _start=start_u, _end=end_u,
+                  _jitter=timedelta(seconds=jitter) if jitter else _NO_JITTER,
                   _table=zone_table(zone))
 
     def _key(self) -> tuple[object, ...]:
