@@ -168,3 +168,28 @@ def test_a_snapshot_that_fails_is_a_store_error_and_the_service_goes_on(
         wait_until(lambda: len(stored_jobs.SEEN) >= runs + 3, 10)
         flaky.fail = False
         wait_until(lambda: svc.status().store.schedules, 15)  # type: ignore[union-attr]
+
+
+def test_the_copy_behind_status_keeps_rows_not_the_store_records(
+        store: SlowRecords, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copy behind status() keeps each schedule's row and its definition's digest, never
+    the record the store decoded (10,000 decoded records weighed some 30 MB on PostgreSQL,
+    their rows a few), and a row whose record has not changed is kept, not made again."""
+    monkeypatch.setattr(stored_status, "SNAPSHOT_EVERY", 0.05)  # many reads in a short test
+    store.allow(1_000_000)
+
+    def read_twice(svc: BackgroundService) -> None:
+        reads = store.reads  # counted as a read starts: two more, and one has ended since
+        wait_until(lambda: svc.status() is not None and store.reads >= reads + 2, 10)
+
+    with BackgroundService(store=store) as svc:
+        svc.schedule(Interval(3600), stored_jobs.seen, "hourly", name="hourly")
+        wait_until(lambda: _names(svc) == {"hourly"}, 10)
+        read_twice(svc)
+        snapshots = svc._store.snapshots  # type: ignore[union-attr]
+        parts = [part for entry in snapshots.listed.values() for part in entry]
+        assert parts and not any(isinstance(part, ScheduleRecord) for part in parts), parts
+        first = svc.status().store.schedules  # type: ignore[union-attr]
+        read_twice(svc)
+        again = svc.status().store.schedules  # type: ignore[union-attr]
+        assert len(again) == 1 and again[0] is first[0]

@@ -141,7 +141,7 @@ def iso(instant: dt.datetime | None) -> str | None:
 # -- status -----------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class StoredSchedule:
     """One record of the store, as `BackgroundService.status` lists it (ISO strings)."""
 

@@ -19,8 +19,10 @@ reads of the store loop only what `SnapshotLoop` names, and shares the loop's lo
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
+import sys
 import threading
 from typing import TYPE_CHECKING, Protocol, final
 
@@ -88,9 +90,10 @@ class Snapshots:
         self.touches = 0
         self.touched: dict[str, int] = {}
         self.wanted = True  # status() was asked since the last refresh (or none was made)
-        # The copy behind `copy`: name -> (the record it was made from, declared here,
-        # the row); `mark` is the store's change mark of the copy, None for a whole read.
-        self.listed: dict[str, tuple[ScheduleRecord, bool, StoredSchedule]] = {}
+        # The copy behind `copy`: name -> (the digest of the record's definition, the row);
+        # `mark` is the store's change mark of the copy, None for a whole read. Not the
+        # record itself: ten thousand decoded records weigh some 30 MB, their rows a few.
+        self.listed: dict[str, tuple[str, StoredSchedule]] = {}
         self.broken: dict[str, str] = {}
         self.relist: set[str] = set()  # declared or undeclared since the last refresh
         self.mark: int | None = None
@@ -157,7 +160,7 @@ class Snapshots:
             # Sorted here, when asked, not at every refresh (10,000 names cost more
             # than the refresh of a few changes).
             listed = self.listed
-            copy = self.copy = tuple(listed[name][2] for name in sorted(listed))
+            copy = self.copy = tuple(listed[name][1] for name in sorted(listed))
         return copy
 
     def ask(self) -> None:
@@ -237,23 +240,26 @@ class Snapshots:
         now = loop.scheduler.clock.monotonic()
         if tracking is None or self.mark is None or now >= self.whole_at:
             self.mark = None
+        corrupt: list[tuple[str, str]] | None = None
         if tracking is not None:
             changes = tracking.changed_since(self.mark)
             whole, records, corrupt = changes.whole, changes.records, changes.corrupt
             self.mark = changes.mark
         else:
-            whole, records, corrupt = True, loop.store.records(), loop.store.corrupt()
+            whole, records = True, loop.store.records()
         if whole:
             self.whole_at = now + WHOLE_EVERY
         with loop.lock:
             jobs = dict(loop.jobs)
             relist, self.relist = self.relist, set()
-        if not whole:  # declared or undeclared here since: listed again, as they are
-            records = [*records, *(self.listed[name][0] for name in relist - {
-                r.name for r in records} if name in self.listed)]
         rows = [(r, jobs.get(r.name)) for r in records]
         note_refused(loop, [r for r, job in rows if job is None])
-        made = [(r, job is not None, self._row(r, job is not None)) for r, job in rows]
+        made = [(r.name, (r.digest, self._row(r, job is not None))) for r, job in rows]
+        if not whole:  # declared or undeclared here since: listed again, as they are
+            read = {r.name for r in records}
+            made += [(name, (self.listed[name][0], dataclasses.replace(
+                self.listed[name][1], declared=name in jobs))) for name in relist - read
+                if name in self.listed]
         owned = [(r, job) for r, job in rows if job is not None]
         for start in range(0, len(owned), 1000):  # the lock in short holds: the loop takes it
             with loop.lock:
@@ -264,6 +270,9 @@ class Snapshots:
         broken = {} if whole else dict(self.broken)
         for record in records:
             broken.pop(record.name, None)
+        del rows, owned, records  # the decoded records go before the next read of the store
+        if corrupt is None:
+            corrupt = loop.store.corrupt()
         for name, reason in corrupt:
             if self.broken.get(name) != reason:
                 logger.error("%s: stored schedule %r cannot be read and is skipped: %s",
@@ -271,8 +280,7 @@ class Snapshots:
             broken[name] = reason
         with loop.lock:  # status() sorts `listed` under it
             listed = {} if whole else self.listed
-            for item in made:
-                listed[item[0].name] = item
+            listed.update(made)
             for name in broken:
                 listed.pop(name, None)
             if made or whole or corrupt:
@@ -282,18 +290,27 @@ class Snapshots:
         self.corrupt = tuple(sorted(broken.items()))
 
     def _row(self, record: ScheduleRecord, declared: bool) -> StoredSchedule:
-        """`record` as `status()` lists it (kept while the record is the same)."""
+        """`record` as `status()` lists it (the row kept while it shows the same)."""
         old = self.listed.get(record.name)
-        if old is not None and old[1] == declared and (old[0] is record or old[0] == record):
-            return old[2]
+        next_fire, lease_until = iso(record.next_fire), iso(record.lease_until)
+        last_fire = iso(record.last_fire)
+        if old is not None:
+            digest, row = old
+            if (digest == record.digest and row.declared == declared
+                    and row.paused == record.paused and row.next_fire == next_fire
+                    and row.owner == record.owner and row.lease_until == lease_until
+                    and row.last_fire == last_fire and row.last_result == record.last_result
+                    and row.counters == record.counters):
+                return row
         try:
-            trigger = self.loop.planner.trigger_for(record).describe()
+            # Interned: thousands of schedules of a few triggers share their text.
+            trigger = sys.intern(self.loop.planner.trigger_for(record).describe())
         except Exception as exc:  # a trigger this version cannot read
             trigger = f"<unreadable: {exc}>"
         return StoredSchedule(
             record.name, trigger, record.definition.target, declared, record.paused,
-            iso(record.next_fire), record.owner, iso(record.lease_until),
-            dict(record.counters), iso(record.last_fire), record.last_result)
+            next_fire, record.owner, lease_until, dict(record.counters), last_fire,
+            record.last_result)
 
     def __repr__(self) -> str:
         return (f"<Snapshots listed={len(self.listed)} broken={len(self.broken)} "
