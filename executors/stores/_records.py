@@ -11,6 +11,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
@@ -62,7 +63,25 @@ def _canonical(data: object) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-@dataclasses.dataclass(frozen=True)
+def _interned(value: object) -> object:
+    """`value`, as the one string every equal short one is, when it is a short string."""
+    if type(value) is str and len(value) <= _INTERNED_LENGTH:
+        return sys.intern(value)
+    return value
+
+
+# Strings up to this long are interned: keys, zone names, policies, expressions, targets.
+_INTERNED_LENGTH = 100
+
+
+def _lean(data: Mapping[str, object]) -> dict[str, object]:
+    """A copy of `data` whose keys and short string values are shared with every other record:
+    a store's 10,000 decoded records repeat a few dozen words (``"expression"``, ``"UTC"``,
+    ``"shift"``) that the JSON decoder makes anew for each."""
+    return {_interned(k): _interned(v) for k, v in data.items()}  # type: ignore[misc]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ScheduleDefinition:
     """What code declares about a schedule: plain JSON data, the same in every process."""
 
@@ -84,8 +103,9 @@ class ScheduleDefinition:
         # equal after a round trip through a store.
         object.__setattr__(self, "args", tuple(self.args))
         object.__setattr__(self, "kwargs", dict(self.kwargs))
-        object.__setattr__(self, "trigger", dict(self.trigger))
-        object.__setattr__(self, "options", dict(self.options))
+        object.__setattr__(self, "trigger", _lean(self.trigger))
+        object.__setattr__(self, "options", _lean(self.options))
+        object.__setattr__(self, "target", _interned(self.target))
 
     def as_data(self) -> dict[str, object]:
         """The definition as one JSON-able mapping (what a store writes)."""
@@ -154,7 +174,7 @@ def _check_options(name: str, options: Mapping[str, object]) -> None:
         raise StoreFormatError(f"schedule {name!r}: option {exc}") from None
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class ScheduleRecord:
     """A schedule as a store holds it: its definition and its state."""
 
@@ -197,7 +217,7 @@ class ScheduleRecord:
         return self.definition.name
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Claim:
     """One fire time handed to one owner by `ScheduleStore.claim`."""
 
@@ -298,7 +318,7 @@ def record_from_fields(fields: Mapping[str, object]) -> ScheduleRecord:
             bool(fields["paused"]), _opt_instant(fields["next_fire"]),
             _int(fields["version"]), _opt_str(fields["owner"]),
             _opt_instant(fields["lease_until"]), _opt_instant(fields["running_fire"]),
-            _int(fields["attempt"]), {str(k): _int(v) for k, v in counters.items()},
+            _int(fields["attempt"]), {sys.intern(str(k)): _int(v) for k, v in counters.items()},
             _opt_instant(fields["last_fire"]), _opt_str(fields["last_result"]),
             # Absent from records written before claims had tokens, or kept the last owner.
             _opt_str(fields.get("claim_token")), _opt_str(fields.get("last_owner")))
