@@ -63,22 +63,12 @@ def _canonical(data: object) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-def _interned(value: object) -> object:
-    """`value`, as the one string every equal short one is, when it is a short string."""
-    if type(value) is str and len(value) <= _INTERNED_LENGTH:
-        return sys.intern(value)
-    return value
-
-
-# Strings up to this long are interned: keys, zone names, policies, expressions, targets.
-_INTERNED_LENGTH = 100
-
-
 def _lean(data: Mapping[str, object]) -> dict[str, object]:
-    """A copy of `data` whose keys and short string values are shared with every other record:
-    a store's 10,000 decoded records repeat a few dozen words (``"expression"``, ``"UTC"``,
-    ``"shift"``) that the JSON decoder makes anew for each."""
-    return {_interned(k): _interned(v) for k, v in data.items()}  # type: ignore[misc]
+    """A copy of `data` whose keys and string values are shared with every other record
+    (`sys.intern`): a store's 10,000 decoded records repeat a few dozen words
+    (``"expression"``, ``"UTC"``, ``"shift"``) that the JSON decoder makes anew for each."""
+    intern = sys.intern
+    return {intern(k): intern(v) if type(v) is str else v for k, v in data.items()}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -105,7 +95,8 @@ class ScheduleDefinition:
         object.__setattr__(self, "kwargs", dict(self.kwargs))
         object.__setattr__(self, "trigger", _lean(self.trigger))
         object.__setattr__(self, "options", _lean(self.options))
-        object.__setattr__(self, "target", _interned(self.target))
+        if type(self.target) is str:  # a caller's wrong kind is left for the checks that name it
+            object.__setattr__(self, "target", sys.intern(self.target))
 
     def as_data(self) -> dict[str, object]:
         """The definition as one JSON-able mapping (what a store writes)."""
