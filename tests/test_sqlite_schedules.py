@@ -98,24 +98,6 @@ def test_removing_the_latest_written_record_still_moves_the_mark_on(
     assert [r.name for r in store.changed_since(seen.mark).records] == ["a"]
 
 
-def test_complete_many_writes_each_fenced_completion_in_one_batch(
-        store: SQLiteScheduleStore) -> None:
-    """Each completion of a batch counts its run (a failure as one too) and lets its lease
-    go; a stale one (its record moved on) is refused, the others are still written."""
-    declare(store, "ok", due=True)
-    declare(store, "bad", due=True)
-    claims = {c.name: c for c in claim_all(store)}  # type: ignore[attr-defined]
-    assert store.complete(claims["ok"], "ok")
-    answers = store.complete_many([(claims["ok"], "ok"), (claims["bad"], "error: E: x")])
-    assert answers == [False, True]
-    ok, bad = store.get("ok"), store.get("bad")
-    assert ok is not None and bad is not None
-    assert ok.counters["runs"] == 1 and ok.counters["failures"] == 0
-    assert bad.counters["runs"] == 1 and bad.counters["failures"] == 1
-    assert bad.last_result == "error: E: x" and bad.last_fire == claims["bad"].fire_time
-    assert bad.owner is None and bad.running_fire is None and bad.lease_until is None
-
-
 def _older_file(path: str, name: str, *statements: str) -> None:
     """A store file at `path` holding `name`, then made as an older version made it: the
     change stamps' index dropped, then each of `statements`."""
