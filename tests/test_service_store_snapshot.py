@@ -168,3 +168,27 @@ def test_a_snapshot_that_fails_is_a_store_error_and_the_service_goes_on(
         wait_until(lambda: len(stored_jobs.SEEN) >= runs + 3, 10)
         flaky.fail = False
         wait_until(lambda: svc.status().store.schedules, 15)  # type: ignore[union-attr]
+
+
+def test_status_describes_a_schedule_whose_trigger_another_process_changed_anew(
+        tmp_path: Path) -> None:
+    """The copy behind `status()` keeps a schedule's trigger description while its trigger
+    data stays the same (a run moved its record on), and describes it anew when another
+    process declares the schedule with a different trigger."""
+    db = f"sqlite:///{tmp_path / 'jobs.db'}"
+
+    def listed(svc: BackgroundService) -> list[tuple[str, str]]:
+        status = svc.status().store
+        assert status is not None
+        return [(s.name, s.trigger) for s in status.schedules]
+
+    with BackgroundService("watcher", store=db) as watcher:
+        with BackgroundService("a", store=db) as svc:
+            svc.schedule(Interval(3600), stored_jobs.seen, name="x")
+            wait_until(lambda: len(listed(watcher)) == 1, 15)
+        hourly = listed(watcher)[0][1]
+        with BackgroundService("b", store=db) as svc:
+            svc.schedule(Interval(120), stored_jobs.seen, name="x")
+            wait_until(lambda: listed(watcher)[0][1] != hourly, 15)
+        assert "3600" in hourly or "1h" in hourly or "hour" in hourly, hourly
+        assert listed(watcher)[0][1] == listed(svc)[0][1]

@@ -1,5 +1,6 @@
 """What the SQLite schedule store adds to the store contract: change stamps read by
-`changed_since`, batched completions, and files made before the stamps existed."""
+`changed_since` (the capability's contract: tests/integrations/test_store_capabilities.py),
+and files made before the stamps existed."""
 
 from __future__ import annotations
 
@@ -60,28 +61,6 @@ def declare(store: SQLiteScheduleStore, name: str, due: bool) -> None:
 def claim_all(store: SQLiteScheduleStore) -> list[object]:
     return store.claim("p1", lease=30.0, limit=100, planner=next_period,
                        on_crash=drop)  # type: ignore[arg-type]
-
-
-def test_changed_since_reads_the_rows_written_after_the_mark_and_a_removal_reads_all(
-        store: SQLiteScheduleStore) -> None:
-    """A first look (mark None) is whole; later looks hold only the records written since the
-    mark (a claim, a pause); after a removal the next look is whole again (the removed name
-    is gone from it); nothing written: nothing read."""
-    for name in ("a", "b", "c"):
-        declare(store, name, due=name == "a")
-    first = store.changed_since(None)
-    assert first.whole and [r.name for r in first.records] == ["a", "b", "c"]
-    assert len(claim_all(store)) == 1
-    assert store.set_paused("c", True)
-    later = store.changed_since(first.mark)
-    assert not later.whole and [r.name for r in later.records] == ["a", "c"]
-    assert later.records[0].running_fire is not None and later.records[1].paused
-    quiet = store.changed_since(later.mark)
-    assert not quiet.whole and quiet.records == [] and quiet.mark == later.mark
-    assert store.remove("c")
-    after = store.changed_since(quiet.mark)
-    assert after.whole and [r.name for r in after.records] == ["a", "b"]
-    assert store.changed_since(after.mark).records == []
 
 
 def test_removing_the_latest_written_record_still_moves_the_mark_on(

@@ -286,10 +286,13 @@ class Snapshots:
         old = self.listed.get(record.name)
         if old is not None and old[1] == declared and (old[0] is record or old[0] == record):
             return old[2]
-        try:
-            trigger = self.loop.planner.trigger_for(record).describe()
-        except Exception as exc:  # a trigger this version cannot read
-            trigger = f"<unreadable: {exc}>"
+        if old is not None and old[0].definition.trigger == record.definition.trigger:
+            trigger = old[2].trigger  # the same trigger data reads the same (a run moved on)
+        else:
+            try:
+                trigger = self.loop.planner.trigger_for(record).describe()
+            except Exception as exc:  # a trigger this version cannot read
+                trigger = f"<unreadable: {exc}>"
         return StoredSchedule(
             record.name, trigger, record.definition.target, declared, record.paused,
             iso(record.next_fire), record.owner, iso(record.lease_until),

@@ -33,6 +33,7 @@ import psycopg
 
 from executors.stores import (
     FORMAT_VERSION,
+    Changes,
     Claim,
     Claimable,
     Declared,
@@ -58,6 +59,7 @@ from executors.stores import (
     settle_claim,
 )
 
+from .postgres_changes import REMOVED, read_changes
 from .postgres_connections import Listener, connect, cut
 from .postgres_owners import OwnerLocks
 
@@ -527,6 +529,7 @@ class PostgresScheduleStore:
             cur.execute("DELETE FROM executors_schedules WHERE name = %s", (name,))
             if cur.rowcount != 1:
                 return False
+            cur.execute(REMOVED)  # a later `changed_since` reads the whole store
             self._notify(cur, name)
             return True
 
@@ -534,10 +537,24 @@ class PostgresScheduleStore:
         with self._tx() as cur:
             return self._read(cur, name)
 
+    def changed_since(self, mark: int | None) -> Changes:
+        """The records written since `mark` (a `Changes.mark` of an earlier call), or the
+        whole store when `mark` is None or a schedule was removed since: what a reader that
+        keeps a copy of the store needs to bring it up to date (see `postgres_changes`: the
+        rows are found by the transactions that wrote them; a few may be read again)."""
+        new_mark, whole, rows = read_changes(self._conn(), _COLUMNS, mark)
+        decoded = self._decode_all(rows)
+        return Changes(new_mark, whole, [r for _, r in decoded if isinstance(r, ScheduleRecord)],
+                       [(name, r) for name, r in decoded if isinstance(r, str)])
+
     def _decoded(self) -> list[tuple[str, ScheduleRecord | str]]:
         with self._tx() as cur:
             cur.execute(f"SELECT {_COLUMNS} FROM executors_schedules ORDER BY name")
             rows = cur.fetchall()
+        return self._decode_all(rows)
+
+    @staticmethod
+    def _decode_all(rows: list[tuple[Any, ...]]) -> list[tuple[str, ScheduleRecord | str]]:
         out: list[tuple[str, ScheduleRecord | str]] = []
         for row in rows:
             try:

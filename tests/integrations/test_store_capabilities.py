@@ -1,7 +1,8 @@
-"""Batched completion, on every store that offers it (SQLite and PostgreSQL): `complete_many`
-writes a batch of ended runs at once, each fenced by its claim; `complete_and_claim` writes
-them and claims in one transaction. On PostgreSQL a completion is one statement, counted on
-the wire."""
+"""The optional capabilities of the stores that offer them (SQLite and PostgreSQL): batched
+completion (`complete_many` writes a batch of ended runs at once, each fenced by its claim;
+`complete_and_claim` writes them and claims in one transaction; on PostgreSQL a completion
+is one statement, counted on the wire) and `changed_since` (a reader's look at what was
+written since its last)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,14 @@ import pytest
 from helpers.store_urls import empty_store_url
 
 from executors import stores
-from executors.stores import Claim, Plan, ScheduleDefinition, ScheduleRecord, open_store
+from executors.stores import (
+    Claim,
+    Plan,
+    ScheduleDefinition,
+    ScheduleRecord,
+    SQLiteScheduleStore,
+    open_store,
+)
 from integrations.schedule_stores.postgres import PostgresScheduleStore
 
 PERIOD = dt.timedelta(seconds=1)
@@ -162,5 +170,54 @@ def test_postgresql_completes_a_batch_in_one_statement(
                              lambda: store.complete_many([(c, "ok") for c in claims]))
         assert trips <= 3
         assert all(r.counters["runs"] == 1 for r in store.records())
+    finally:
+        store.close()
+
+
+def _changes(store: stores.ScheduleStore, mark: int | None) -> stores.Changes:
+    tracking = stores.offered(store, stores.SupportsChangedSince)
+    assert tracking is not None, f"{store!r} offers no changed_since"
+    return tracking.changed_since(mark)
+
+
+def test_changed_since_reads_the_rows_written_after_the_mark_and_a_removal_reads_all(
+        store: stores.ScheduleStore) -> None:
+    """A first look (mark None) is whole; later looks hold only the records written since the
+    mark (a claim, a pause); after a removal the next look is whole again (the removed name
+    is gone from it); nothing written: nothing read."""
+    for name in ("a", "b", "c"):
+        _declare(store, name, ago=1.0 if name == "a" else -3600.0)
+    first = _changes(store, None)
+    assert first.whole and [r.name for r in first.records] == ["a", "b", "c"]
+    assert len(_complete_and_claim(store, [])[1]) == 1
+    assert store.set_paused("c", True)
+    later = _changes(store, first.mark)
+    assert not later.whole and [r.name for r in later.records] == ["a", "c"]
+    assert later.records[0].running_fire is not None and later.records[1].paused
+    quiet = _changes(store, later.mark)
+    assert not quiet.whole and quiet.records == []
+    if isinstance(store, SQLiteScheduleStore):  # its stamps: nothing written, same mark
+        assert quiet.mark == later.mark
+    assert store.remove("c")
+    after = _changes(store, quiet.mark)
+    assert after.whole and [r.name for r in after.records] == ["a", "b"]
+    assert _changes(store, after.mark).records == []
+
+
+def test_postgresql_reads_a_row_committed_after_a_look_by_a_transaction_older_than_it(
+        request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """A write whose transaction began before a look and committed after it (the look could
+    not see it) is in the next look: the mark is held back by the transaction still open."""
+    url = empty_store_url("postgresql", request, tmp_path)
+    store = PostgresScheduleStore(url)
+    try:
+        _declare(store, "a", ago=-3600.0)
+        with psycopg.connect(url) as other:
+            other.execute("UPDATE executors_schedules SET paused = TRUE WHERE name = 'a'")
+            look = _changes(store, None)  # `other` is still open: its write is not seen
+            assert look.records[0].paused is False
+            other.commit()
+        seen = _changes(store, look.mark)
+        assert not seen.whole and [(r.name, r.paused) for r in seen.records] == [("a", True)]
     finally:
         store.close()
