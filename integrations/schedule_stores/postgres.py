@@ -57,6 +57,7 @@ from executors.stores import (
     rewrite,
     scrub_url,
     settle_claim,
+    to_epoch,
 )
 
 from .postgres_changes import REMOVED, read_changes
@@ -114,6 +115,9 @@ _CHANNEL = "SELECT 'executors_schedules'::regclass::oid"
 _NOW = "round(extract(epoch from now())::numeric, 6)::double precision"
 _COLUMNS = ("name, definition, digest, paused, next_fire, version, owner, lease_until, "
             "running_fire, attempt, state, claim_token")
+# What a read selects: `_COLUMNS`, the definition as its text (`_Definitions` decodes a text
+# it has not seen).
+_READ = _COLUMNS.replace("definition,", "definition::text AS definition,", 1)
 # Conditional writes of many rows in one statement: each row is written if its version is
 # still the one read. The rows travel as one array per column (``unnest``), so the statement's
 # text is the same whatever the batch's size (prepared once; a ``VALUES`` list of N rows would
@@ -167,10 +171,10 @@ _COMPLETE = (
 # empty array, the usual case, leaves out nothing. ``{only}``: the records the claimer admits
 # (`_admitted`), or nothing.
 _CLAIMABLE_SQL = (
-    f"WITH expired AS (SELECT {_COLUMNS} FROM executors_schedules "
+    f"WITH expired AS (SELECT {_READ} FROM executors_schedules "
     f"  WHERE running_fire IS NOT NULL AND lease_until < {_NOW}{{only}} "
     "  AND name <> ALL(%s::text[]) ORDER BY lease_until LIMIT %s FOR UPDATE SKIP LOCKED), "
-    f"due AS (SELECT {_COLUMNS} FROM executors_schedules "
+    f"due AS (SELECT {_READ} FROM executors_schedules "
     f"  WHERE NOT paused AND running_fire IS NULL AND next_fire <= {_NOW}{{only}} "
     "  AND name <> ALL(%s::text[]) ORDER BY next_fire LIMIT %s FOR UPDATE SKIP LOCKED) "
     f"SELECT *, {_NOW} FROM (SELECT * FROM expired UNION ALL SELECT * FROM due) AS c LIMIT %s")
@@ -197,33 +201,56 @@ _ALLOWED = (" OR definition->>'target' = ANY(%s::text[]) "
             "OR split_part(definition->>'target', ':', 1) = ANY(%s::text[])")
 
 
-def _decode(row: tuple[Any, ...]) -> ScheduleRecord:
-    state = row[10] if isinstance(row[10], dict) else {}
-    return record_from_fields({
-        "name": row[0], "definition": row[1], "digest": row[2], "paused": row[3],
-        "next_fire": row[4], "version": row[5], "owner": row[6], "lease_until": row[7],
-        "running_fire": row[8], "attempt": row[9], "claim_token": row[11], **state})
+class _Definitions:
+    """The definitions this store decoded, by name, each with the stored text it came from:
+    a record read again with the same text reuses its decoded definition (keyed by the data
+    itself, not by the digest its writer wrote). A claim reads every record it takes, and
+    most are read again unchanged, run after run."""
+
+    __slots__ = ("known",)
+
+    def __init__(self) -> None:
+        self.known: dict[str, tuple[str, ScheduleDefinition]] = {}
+
+    def decode(self, row: tuple[Any, ...]) -> ScheduleRecord:
+        """The record of `row` (`_READ`'s columns, the definition as text)."""
+        name, text = row[0], row[1]
+        known = self.known.get(name)
+        definition = known[1] if known is not None and known[0] == text else json.loads(text)
+        state = row[10] if isinstance(row[10], dict) else {}
+        record = record_from_fields({
+            "name": name, "definition": definition, "digest": row[2], "paused": row[3],
+            "next_fire": row[4], "version": row[5], "owner": row[6], "lease_until": row[7],
+            "running_fire": row[8], "attempt": row[9], "claim_token": row[11], **state})
+        if known is None or known[1] is not record.definition:
+            self.known[name] = (text, record.definition)  # one dict write: no lock needed
+        return record
 
 
-def _state(f: dict[str, Any]) -> str:
+def _state(record: ScheduleRecord) -> str:
     # The last run's owner is kept with the last run, in the state: no column to add, and a
     # record written before it was kept reads None.
-    return json.dumps({"counters": f["counters"], "last_result": f["last_result"],
-                       "last_fire": f["last_fire"], "last_owner": f["last_owner"]})
+    last_fire = record.last_fire
+    return json.dumps({"counters": dict(record.counters), "last_result": record.last_result,
+                       "last_fire": None if last_fire is None else to_epoch(last_fire),
+                       "last_owner": record.last_owner})
 
 
 def _encode(record: ScheduleRecord) -> tuple[object, ...]:
     f = record_fields(record)
     return (f["name"], json.dumps(f["definition"]), f["digest"], record.paused, f["next_fire"],
             f["version"], f["owner"], f["lease_until"], f["running_fire"], f["attempt"],
-            _state(f), f["claim_token"])
+            _state(record), f["claim_token"])
 
 
 def _encode_claimed(record: ScheduleRecord) -> tuple[object, ...]:
-    """What a claim changes in a record, in ``_CLAIM_WRITE``'s order."""
-    f = record_fields(record)
-    return (f["name"], f["next_fire"], f["version"], f["owner"], f["lease_until"],
-            f["running_fire"], f["attempt"], _state(f), f["claim_token"])
+    """What a claim changes in a record, in ``_CLAIM_WRITE``'s order (the definition, which
+    it does not change, is not encoded)."""
+    lease_until, running_fire = record.lease_until, record.running_fire
+    return (record.name, None if record.next_fire is None else to_epoch(record.next_fire),
+            record.version, record.owner, None if lease_until is None else to_epoch(lease_until),
+            None if running_fire is None else to_epoch(running_fire), record.attempt,
+            _state(record), record.claim_token)
 
 
 def _opening_error(exc: psycopg.Error, url: str, shown: str) -> Exception:
@@ -264,6 +291,7 @@ class PostgresScheduleStore:
         self._listeners: list[Listener] = []
         self._unreadable = Unreadable()
         self._owners = OwnerLocks()
+        self._definitions = _Definitions()
         failure: Exception | None = None
         oid = row = None
         try:
@@ -329,10 +357,10 @@ class PostgresScheduleStore:
 
     def _read(self, cur: psycopg.Cursor[Any], name: str, *, lock: bool = False,
               ) -> ScheduleRecord | None:
-        cur.execute(f"SELECT {_COLUMNS} FROM executors_schedules WHERE name = %s"
+        cur.execute(f"SELECT {_READ} FROM executors_schedules WHERE name = %s"
                     + (" FOR UPDATE" if lock else ""), (name,))
         row = cur.fetchone()
-        return None if row is None else _decode(row)
+        return None if row is None else self._definitions.decode(row)
 
     def _notify(self, cur: psycopg.Cursor[Any], name: str) -> None:
         """Tell the listeners (`watch`) that `name` changed, when this transaction commits."""
@@ -410,7 +438,7 @@ class PostgresScheduleStore:
             pending: dict[str, Claim] = {}
             for row in rows:
                 try:
-                    record = _decode(row[:12])
+                    record = self._definitions.decode(row)
                 except StoreFormatError:
                     # Reported by corrupt(); the others still run, and it is left out a while.
                     self._unreadable.add(str(row[0]), mark)
@@ -530,6 +558,7 @@ class PostgresScheduleStore:
             if cur.rowcount != 1:
                 return False
             cur.execute(REMOVED)  # a later `changed_since` reads the whole store
+            self._definitions.known.pop(name, None)
             self._notify(cur, name)
             return True
 
@@ -542,23 +571,22 @@ class PostgresScheduleStore:
         whole store when `mark` is None or a schedule was removed since: what a reader that
         keeps a copy of the store needs to bring it up to date (see `postgres_changes`: the
         rows are found by the transactions that wrote them; a few may be read again)."""
-        new_mark, whole, rows = read_changes(self._conn(), _COLUMNS, mark)
+        new_mark, whole, rows = read_changes(self._conn(), _READ, mark)
         decoded = self._decode_all(rows)
         return Changes(new_mark, whole, [r for _, r in decoded if isinstance(r, ScheduleRecord)],
                        [(name, r) for name, r in decoded if isinstance(r, str)])
 
     def _decoded(self) -> list[tuple[str, ScheduleRecord | str]]:
         with self._tx() as cur:
-            cur.execute(f"SELECT {_COLUMNS} FROM executors_schedules ORDER BY name")
+            cur.execute(f"SELECT {_READ} FROM executors_schedules ORDER BY name")
             rows = cur.fetchall()
         return self._decode_all(rows)
 
-    @staticmethod
-    def _decode_all(rows: list[tuple[Any, ...]]) -> list[tuple[str, ScheduleRecord | str]]:
+    def _decode_all(self, rows: list[tuple[Any, ...]]) -> list[tuple[str, ScheduleRecord | str]]:
         out: list[tuple[str, ScheduleRecord | str]] = []
         for row in rows:
             try:
-                out.append((str(row[0]), _decode(row)))
+                out.append((str(row[0]), self._definitions.decode(row)))
             except StoreFormatError as exc:
                 out.append((str(row[0]), str(exc)))
         return out
