@@ -48,10 +48,10 @@ from executors.stores import MemoryStore, ScheduleStore, SQLiteScheduleStore
 from executors.testing import wait_until
 
 #: Today's path, store kind -> (boundaries crossed, climbs): a ceiling that only comes down
-#: (issue 32 aims at 15 crossings and no climb but the completion callback; the planner's
-#: callback from the store's claim is the climb left).
+#: (issue 32 aims at 15 crossings and no climb but the completion callback; the planner the
+#: store's claim calls sits below the stores, so that call reads down).
 # SQLite's claim looks for dead owners at most every `LIVENESS_EVERY`: 2 calls more when it does.
-TODAY = {"memory": (26, 1), "sqlite": (36, 1)}
+TODAY = {"memory": (26, 0), "sqlite": (36, 0)}
 #: (caller module, called module, called function) of the climb that is by design: the run's
 #: completion callback.
 ALLOWED_CLIMBS = frozenset({

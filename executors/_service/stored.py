@@ -60,15 +60,17 @@ from .schedule_data import (
     check_store,
     resolve_target,
     target_of,
+    trigger_of,
 )
 from .store_calls import WatchedStore
 from .stored_declare import declare_now, retry_all, serve_declarations
 from .stored_failing import FailingTable
 from .stored_faults import OwnRunsFirst, finish, on_crash
-from .stored_plan import UNWATCHED_AFTER, LoopPlanner, resume_record
+from .stored_plan import UNWATCHED_AFTER, LoopPlanner
 from .stored_run import UNKNOWN, InFlight, StoredLink
 from .stored_status import Snapshots
 from .stored_trust import Trust, admit, claimable
+from .wallclock import WALK_BOUND
 
 if TYPE_CHECKING:
     from .job import Job
@@ -571,3 +573,26 @@ class StoreLoop:
                 self.store.close()
             except Exception:
                 logger.exception("%s: closing the schedule store failed", self.name)
+
+
+def resume_record(store: ScheduleStore, name: str) -> tuple[bool, int]:
+    """Resume the stored schedule `name`: the fire times that passed while it was paused are
+    skipped by intent, as in memory (`WallSlots.resume`): not run, not missed; it runs at its
+    next fire time after the store's now. ``(found, skipped)``; used by the service and by
+    ``executors schedules resume``."""
+    record = store.get(name)
+    if record is None:
+        return False, 0
+    skipped = 0
+    fire = record.next_fire
+    if record.paused and fire is not None:
+        now = store.now()
+        trigger = trigger_of(record.definition.trigger)
+        while fire is not None and fire <= now:
+            skipped += 1
+            # Past the walk's bound, straight to the first fire time after now.
+            fire = trigger.next_after(now if skipped >= WALK_BOUND else fire)
+        # Moved while still paused (no claim sees it in between), then resumed.
+        if skipped and not store.set_next_fire(name, fire):
+            return False, 0
+    return store.set_paused(name, False), skipped
