@@ -17,7 +17,6 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, final
 
-from .run_info import RunInfo
 from .schedule_data import resolve_target, trigger_of
 from .stored_trust import TrustLoop, give_back
 
@@ -155,8 +154,8 @@ def run_claim(loop: RunLoop, claim: Claim) -> None:
     wall = job._wall
     if wall is not None:
         wall.last_fire = claim.fire_time
-    failed, _ = job._run_once(start, start - max(0.0, lateness), monotonic,
-                              RunInfo(claim.name, claim.fire_time, claim.attempt), call)
+    # The claim marks the run: `current_run()` reads it into a RunInfo if it is asked.
+    failed, _ = job._run_once(start, start - max(0.0, lateness), monotonic, claim, call)
     result = "ok" if not failed else f"error: {job._last_error}"[:500]
     loop.complete(claim, result)
     if failed and definition.options.get("on_error") == "stop":
