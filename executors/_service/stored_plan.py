@@ -7,8 +7,12 @@ conditional update, so it is applied once however many processes serve the store
 A fire time still unclaimed `UNWATCHED_AFTER` after it came due passed unwatched (reason
 ``"stopped"``), as in memory after a restart with ``since``: ``"skip"`` runs none of them. A
 group of missed fire times is announced once by the process that meets it (``"all"`` walks it
-over several claims). Resuming skips the fire times that passed while paused
-(`resume_record`).
+over several claims).
+
+The planner sits beside the stores, not above them: a store's claim calls it, so this module
+imports only the stores' data model (`executors.stores._records`), never a store or the
+contract that names them, and reads a declared job through `PlannedJob`, not the job's
+class (which names the store contract). The store's call into it climbs no floor.
 """
 
 from __future__ import annotations
