@@ -50,7 +50,6 @@ from ._records import (
     StoreFormatError,
     from_epoch,
     record_from_fields,
-    to_epoch,
 )
 from ._shared import (
     Step,
@@ -428,7 +427,7 @@ class SQLiteScheduleStore:
         # Runs whose lease expired (to settle them once), then the due records, earliest
         # first: two ordered walks of partial indexes that stop at `limit` (one query with an
         # OR would sort every due record, every claim).
-        at = to_epoch(now)
+        at = now.timestamp()  # `to_epoch` without its check: `_now` reads an aware instant
         where = admitted + not_in(skip) if skip else admitted  # usually none: no call
         rows = conn.execute(EXPIRED.format(where=where),
                             (at, *admitted_params, *skip, limit)).fetchall()
