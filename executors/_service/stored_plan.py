@@ -1,4 +1,4 @@
-"""The ``missed`` policy of stored schedules: planning a claim, announcing a miss, resuming.
+"""The ``missed`` policy of stored schedules: planning a claim and announcing a miss.
 
 The store loop (`executors._service.stored`) hands its `LoopPlanner` to the store's claim,
 which owns what it decides until the loop takes it: it applies the ``missed`` policy with
@@ -7,8 +7,12 @@ conditional update, so it is applied once however many processes serve the store
 A fire time still unclaimed `UNWATCHED_AFTER` after it came due passed unwatched (reason
 ``"stopped"``), as in memory after a restart with ``since``: ``"skip"`` runs none of them. A
 group of missed fire times is announced once by the process that meets it (``"all"`` walks it
-over several claims). Resuming skips the fire times that passed while paused
-(`resume_record`).
+over several claims).
+
+The planner sits beside the stores, not above them: a store's claim calls it, so this module
+imports only the stores' data model (`executors.stores._records`), never a store or the
+contract that names them, and reads a declared job through `PlannedJob`, not the job's
+class (which names the store contract). The store's call into it climbs no floor.
 """
 
 from __future__ import annotations
@@ -18,24 +22,25 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol, final
 
 from executors import _search_budget
-from executors.stores import Plan, ScheduleRecord, ScheduleStore
-from executors.triggers import AllOf
+from executors.stores._records import Plan
+from executors.triggers import AllOf, trigger_from_data
 
-from .schedule_data import trigger_of
-from .stored_failing import FailingTable
-from .wallclock import WALK_BOUND, decide
+from .stored_failing import FailingTable, Named
 from .wallclock import announce_missed as announce
+from .wallclock import decide
 
 if TYPE_CHECKING:
+    from executors.stores._records import ScheduleDefinition, ScheduleRecord
+
     from .context import ServiceContext
-    from .job import Job, StoredServer
     from .wallclock import Missed, TriggerLike, WallState
 
 __all__ = ("PLAN_BUDGET", "UNWATCHED_AFTER", "Decision", "LoopPlanner", "PlanLoop",
-           "resume_record")
+           "PlannedJob")
 
 logger = logging.getLogger("executors.service")
 
@@ -65,14 +70,34 @@ def _searches(trigger: TriggerLike) -> bool:
     return False
 
 
+class _Declaration(Protocol):
+    @property
+    def definition(self) -> ScheduleDefinition: ...
+
+
+class PlannedJob(Protocol):
+    """What a planner reads of a job its loop declares (`executors._service.job.Job`): its
+    link to the store (None once it is served otherwise) and its wall-clock state."""
+
+    @property
+    def _stored(self) -> _Declaration | None: ...
+
+    @property
+    def _wall(self) -> WallState | None: ...
+
+
 class PlanLoop(Protocol):
     """What a planner reads of its store loop: its name, lock and store (the failing plans'
     log), the jobs it declares (their declarations win over the record's) and its service."""
 
     name: str
     lock: threading.Lock
-    store: ScheduleStore
-    jobs: dict[str, Job]
+
+    @property
+    def store(self) -> Named: ...
+
+    @property
+    def jobs(self) -> Mapping[str, PlannedJob]: ...
 
     @property
     def scheduler(self) -> ServiceContext: ...
@@ -128,7 +153,7 @@ class LoopPlanner:
         # planner holds the jobs, and a record planned as declared needs no trust check
         # after its claim (`trusted`).
         job = self.loop.jobs.get(name)
-        link: StoredServer | None = None
+        link: _Declaration | None = None
         wall: WallState | None = None
         if job is not None and job._stored is not None and job._wall is not None:
             link, wall = job._stored, job._wall
@@ -226,12 +251,16 @@ class LoopPlanner:
         the record's digest field is only what its writer says)."""
         key = json.dumps(record.definition.trigger, sort_keys=True)
         triggers = self.triggers
-        trigger = triggers.get(key)
-        if trigger is None:
-            trigger = trigger_of(record.definition.trigger)
-            if len(triggers) >= _TRIGGERS_KEPT:
-                triggers.clear()
-            triggers[key] = trigger
+        known = triggers.get(key)
+        if known is not None:
+            return known
+        # Decoded here, not through `schedule_data.trigger_of` (a module that names the
+        # store contract): this is the planner's own cache.
+        trigger: TriggerLike = trigger_from_data(  # type: ignore[assignment]
+            record.definition.trigger)
+        if len(triggers) >= _TRIGGERS_KEPT:
+            triggers.clear()
+        triggers[key] = trigger
         return trigger
 
     def announce(self, name: str, decision: Decision) -> None:
@@ -246,25 +275,3 @@ class LoopPlanner:
         return (f"<LoopPlanner pending={len(self.decisions)} failing={len(self.failing)} "
                 f"triggers={len(self.triggers)}>")
 
-
-def resume_record(store: ScheduleStore, name: str) -> tuple[bool, int]:
-    """Resume the stored schedule `name`: the fire times that passed while it was paused are
-    skipped by intent, as in memory (`WallSlots.resume`): not run, not missed; it runs at its
-    next fire time after the store's now. ``(found, skipped)``; used by the service and by
-    ``executors schedules resume``."""
-    record = store.get(name)
-    if record is None:
-        return False, 0
-    skipped = 0
-    fire = record.next_fire
-    if record.paused and fire is not None:
-        now = store.now()
-        trigger = trigger_of(record.definition.trigger)
-        while fire is not None and fire <= now:
-            skipped += 1
-            # Past the walk's bound, straight to the first fire time after now.
-            fire = trigger.next_after(now if skipped >= WALK_BOUND else fire)
-        # Moved while still paused (no claim sees it in between), then resumed.
-        if skipped and not store.set_next_fire(name, fire):
-            return False, 0
-    return store.set_paused(name, False), skipped
