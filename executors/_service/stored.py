@@ -373,7 +373,9 @@ class StoreLoop:
                                  planner=self.planner, on_crash=self.on_crash, only=only)
         else:
             claims = self.write_finished(and_claim=True, only=only)
-        decisions, planned, trusted = self.planner.take()
+        # What this pass's plans decided: read, not taken (the next pass gathers anew).
+        plans = self.planner.plans
+        decisions, planned, trusted = plans.decisions, plans.planned, plans.trusted
         announce_missed = self.planner.announce
         for claim in claims:
             key = (claim.name, claim.version)

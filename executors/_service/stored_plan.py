@@ -17,6 +17,7 @@ class (which names the store contract). The store's call into it climbs no floor
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from .context import ServiceContext
     from .wallclock import Missed, TriggerLike, WallState
 
-__all__ = ("PLAN_BUDGET", "UNWATCHED_AFTER", "Decision", "LoopPlanner", "PlanLoop",
+__all__ = ("PLAN_BUDGET", "UNWATCHED_AFTER", "Decision", "LoopPlanner", "PassPlans", "PlanLoop",
            "PlannedJob")
 
 logger = logging.getLogger("executors.service")
@@ -68,6 +69,19 @@ def _searches(trigger: TriggerLike) -> bool:
             return True
         stack.extend(getattr(item, "triggers", ()))
     return False
+
+
+@dataclasses.dataclass(slots=True)
+class PassPlans:
+    """What the plans of one pass of the loop decided, keyed by (name, version after the
+    claim): the misses to announce, the next fire times, and the records planned with this
+    process's declaration, unchanged (their claims run as declared: `stored_trust.admit`
+    says the same of them). The loop reads it after its claim; the next pass makes another."""
+
+    decisions: dict[tuple[str, int], Decision] = dataclasses.field(default_factory=dict)
+    planned: dict[tuple[str, int], dt.datetime | None] = dataclasses.field(
+        default_factory=dict)
+    trusted: set[tuple[str, int]] = dataclasses.field(default_factory=set)
 
 
 class _Declaration(Protocol):
@@ -106,27 +120,20 @@ class PlanLoop(Protocol):
 @final
 class LoopPlanner:
     """A store loop's planner (the claims' `Planner`): the ``missed`` policy on each due
-    record, and what it decided until the loop takes it: the misses to announce
-    (`decisions`), the next fire times (`planned`), the groups announced (`announced`), the
-    plans failing (`failing`), the decoded triggers and the pass's search time. A store that
+    record, and what the pass's plans decided (`plans`, read by the loop after its claim),
+    the groups announced (`announced`), the plans failing (`failing`), the decoded triggers
+    and the pass's search time. A store that
     plans outside its write lock (SQLite) tells `lost` of each plan whose conditional write
     lost to another writer: its miss, if it runs nothing, is the winner's to announce
     (announced once)."""
 
-    __slots__ = ("announced", "decisions", "failing", "loop", "planned", "searched",
-                 "triggers", "trusted")
+    __slots__ = ("announced", "failing", "loop", "plans", "searched", "triggers")
 
     def __init__(self, loop: PlanLoop) -> None:
         self.loop = loop
         self.failing = FailingTable(loop, "plan")
         self.searched = 0.0  # seconds the pass's plans searched (the pass's budget)
-        # (name, version after the claim) -> the miss to announce, and the next fire time.
-        self.decisions: dict[tuple[str, int], Decision] = {}
-        self.planned: dict[tuple[str, int], dt.datetime | None] = {}
-        # (name, version after the claim) of the records planned with this process's
-        # declaration, unchanged: their claims run as declared (`stored_trust.admit` says
-        # the same of them).
-        self.trusted: set[tuple[str, int]] = set()
+        self.plans = PassPlans()
         # name -> (the latest fire time of a group announced, the wall time up to which that
         # group passed unwatched, or None): each later claim of an "all" walk keeps that verdict.
         self.announced: dict[str, tuple[dt.datetime, float | None]] = {}
@@ -205,6 +212,7 @@ class LoopPlanner:
         if failing is not None:
             self.failing.succeeded(name)
         key = (name, record.version + 1)
+        plans = self.plans
         if policy == "all" and len(d.runs) > 1:
             # One fire time per claim: the next claim takes the next one (a group of due
             # fire times is walked once, here, and the rest stay due in the record). This
@@ -214,37 +222,31 @@ class LoopPlanner:
             # The fire time run is one of the missed (run late) when any missed one runs.
             plan = Plan(d.runs[-1] if d.runs else None, d.next_fire, d.missed,
                         bool(d.runs) and d.ran > 0)
-        self.planned[key] = plan.next_fire
+        plans.planned[key] = plan.next_fire
         if link is not None and record.definition == link.definition:
-            self.trusted.add(key)
+            plans.trusted.add(key)
         if d.missed and not walked:
             # Once a group: "all" walks it one claim at a time, and each later claim of the
             # walk sees the rest of the group this process has announced already.
             self.announced[name] = (d.last, None if unwatched is None else unwatched[1])
-            self.decisions[key] = (
+            plans.decisions[key] = (
                 d.missed, d.ran, first, d.last_missed, d.reason, policy, d.truncated)
         return plan
 
     def new_pass(self) -> None:
-        """A pass of the loop begins: its plans share one budget of search time."""
+        """A pass of the loop begins: its plans share one budget of search time, and what
+        they decide is gathered anew (the last pass's loop has read its own, or it is void:
+        a claim that failed wrote none of its plans)."""
         self.searched = 0.0
+        self.plans = PassPlans()
 
     def lost(self, name: str, version: int) -> None:
         """The plan of `name` that would have written `version` was not written."""
-        self.decisions.pop((name, version), None)
-
-    def take(self) -> tuple[dict[tuple[str, int], Decision],
-                            dict[tuple[str, int], dt.datetime | None], set[tuple[str, int]]]:
-        """The pass's decisions, next fire times and trusted claims, for the loop (the planner
-        starts anew)."""
-        decisions, self.decisions = self.decisions, {}
-        planned, self.planned = self.planned, {}
-        trusted, self.trusted = self.trusted, set()
-        return decisions, planned, trusted
+        self.plans.decisions.pop((name, version), None)
 
     def forget(self) -> None:
         """The pass's plans are void (its claim was abandoned, or this is a forked child)."""
-        self.decisions, self.planned, self.trusted = {}, {}, set()
+        self.plans = PassPlans()
 
     def trigger_for(self, record: ScheduleRecord) -> TriggerLike:
         """`record`'s stored trigger, decoded once per trigger data (keyed by the data itself:
@@ -272,6 +274,6 @@ class LoopPlanner:
                  missed, ran, first, last, reason, policy, truncated)
 
     def __repr__(self) -> str:
-        return (f"<LoopPlanner pending={len(self.decisions)} failing={len(self.failing)} "
+        return (f"<LoopPlanner pending={len(self.plans.decisions)} failing={len(self.failing)} "
                 f"triggers={len(self.triggers)}>")
 
