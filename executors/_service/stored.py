@@ -377,6 +377,7 @@ class StoreLoop:
         plans = self.planner.plans
         decisions, planned, trusted = plans.decisions, plans.planned, plans.trusted
         announce_missed = self.planner.announce
+        snapshots = self.snapshots
         for claim in claims:
             key = (claim.name, claim.version)
             decision = decisions.pop(key, None)
@@ -392,8 +393,11 @@ class StoreLoop:
                 owned = self.jobs.get(claim.name)
                 wall = None if owned is None else owned._wall
                 if wall is not None:
-                    with self.lock:  # a copy being read does not overwrite it (`Snapshots.touch`)
-                        self.snapshots.touch(claim.name)
+                    with self.lock:
+                        # A copy being read does not overwrite it (`Snapshots.touch`); with
+                        # none being read (most passes), a later read sees this claim's write.
+                        if snapshots.reading:
+                            snapshots.touch(claim.name)
                         # `WallState.set_fire`, with the timestamp read above.
                         wall.fire = fire
                         wall.fire_ts = math.inf if next_fire is None else next_fire
@@ -408,7 +412,6 @@ class StoreLoop:
         if len(claims) >= BATCH:
             return 0.0  # more may be due
         now = monotonic()
-        snapshots = self.snapshots
         snapshots.serve(now, refusals=only.serves_others)
         store_now, earliest = store.next_due(only)
         self.offset = store_now.timestamp() - self.scheduler.clock.time()

@@ -141,7 +141,11 @@ class Snapshots:
         return math.inf
 
     def touch(self, name: str) -> None:
-        """The loop refreshed job `name` (caller holds the lock): copies read before stay off."""
+        """The loop refreshed job `name` (caller holds the lock): copies read before stay off.
+
+        Only a read in progress (`reading`) can hold such a copy: the loop asks for each read
+        itself, so one that starts later reads the store after the loop's write (a claim
+        skips the call when none is reading)."""
         self.touches += 1
         self.touched[name] = self.touches
 
