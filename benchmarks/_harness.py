@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 # The table is the one the docs pages show: `executors bench` renders results files with the same
 # function (benchmarks are scripts, outside the package's import graph).
@@ -63,6 +63,9 @@ def parse_args(area: str, argv: Sequence[str] | None = None) -> argparse.Namespa
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--json", type=Path, default=RESULTS_DIR / f"{area}.json")
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--only", default=None, metavar="TEXT",
+                        help="measure only the metrics whose name holds TEXT, and write them "
+                             "into the results file over their former rows (the others kept)")
     args = parser.parse_args(argv)
     if os.environ.get("EXECUTORS_BENCH_QUICK"):
         args.quick = True
@@ -200,6 +203,31 @@ def thread_wake_us(round_trips: int = 2_000) -> float:
     return statistics.median(once() for _ in range(5))
 
 
+def _merged(path: Path, run: dict[str, object], only: str) -> dict[str, object]:
+    """The results file at `path` with `run`'s metrics (a run of ``--only only``) over the
+    rows of the same name, the others kept, and the run listed in its ``partial_runs`` (when,
+    how long, how many rounds, which metrics: a page says which rows are of a later run)."""
+    try:
+        whole: dict[str, object] = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {**run, "partial_runs": [_partial(run, only)]}
+    if whole.get("quick") != run["quick"]:
+        raise SystemExit(f"{path}: a {'quick' if run['quick'] else 'full'} run cannot be "
+                         "merged into a file of the other kind")
+    fresh = {m["name"]: m for m in cast("list[dict[str, Any]]", run["metrics"])}
+    kept = cast("list[dict[str, Any]]", whole["metrics"])
+    rows = [fresh.pop(m["name"], m) for m in kept] + list(fresh.values())
+    partial = [*cast("list[object]", whole.get("partial_runs", [])), _partial(run, only)]
+    return {**whole, "metrics": rows, "partial_runs": partial}
+
+
+def _partial(run: dict[str, object], only: str) -> dict[str, object]:
+    return {"only": only, "started": run["started"], "seconds": run["seconds"],
+            "rounds": run["rounds"], "python": run["python"],
+            "thread_wake_us": run["thread_wake_us"],
+            "metrics": [m["name"] for m in cast("list[dict[str, Any]]", run["metrics"])]}
+
+
 def run_area(area: str, metrics: Callable[[bool], list[Metric]], argv: Sequence[str] | None = None,
              default_rounds: int = 5, quick_rounds: int = 1) -> list[dict[str, object]]:
     """Measure every metric (interleaved rounds), print a markdown table, write JSON."""
@@ -208,7 +236,10 @@ def run_area(area: str, metrics: Callable[[bool], list[Metric]], argv: Sequence[
     started = time.time()
     wake_before = thread_wake_us()
     results = []
-    for metric in metrics(args.quick):
+    chosen = [m for m in metrics(args.quick) if args.only is None or args.only in m.name]
+    if not chosen:
+        raise SystemExit(f"benchmarks/{area}.py: no metric's name holds {args.only!r}")
+    for metric in chosen:
         print(f"[{area}] {metric.name} ...", file=sys.stderr, flush=True)
         results.append(measure(metric, rounds))
     wake_after = thread_wake_us()
@@ -224,6 +255,8 @@ def run_area(area: str, metrics: Callable[[bool], list[Metric]], argv: Sequence[
         "thread_wake_us": [wake_before, wake_after],
         "metrics": results,
     }
+    if args.only is not None:
+        payload = _merged(args.json, payload, args.only)
     table = payload["table"] = area_table(cast(AreaResult, payload))
     print(f"\n## {area} ({'quick' if args.quick else 'full'}, {plural(rounds, 'round')}, "
           f"Python {platform.python_version()}; thread ping-pong {wake_before:.1f} us before, "

@@ -32,7 +32,7 @@ PARTS: tuple[tuple[str, str], ...] = (
     ("renewals", r"^StoreLoop\._renew |\.renew "),
     ("completion write", (r"^StoreLoop\.(?:complete|_write_finished|_retry_completions"
                           r"|_completed) |\.complete_many |\.complete |^finishing "
-                          r"|^finish_record ")),
+                          r"|^finish_record |^finish_claim ")),
     ("claim + completion", r"\.complete_and_claim "),
     ("next due", r"\.next_due "),
     ("claim", (r"\.claim |^settle_claim |\.(?:_admitted|_load) |^admit "

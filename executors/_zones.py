@@ -61,10 +61,14 @@ class ZoneTable:
     stored with one dict assignment; two threads computing the same year store equal lists.
     """
 
-    __slots__ = ("_years", "tz")
+    __slots__ = ("_years", "fixed_offset", "tz")
 
     def __init__(self, tz: ZoneInfo) -> None:
         self.tz = tz
+        #: The zone's one offset for all time (UTC, ``Etc/GMT+5``), or None when it has
+        #: changes: `tzinfo.utcoffset(None)` answers only for such a zone (`zoneinfo`'s
+        #: fixed-offset rule: one local-time type, the same after the table's end).
+        self.fixed_offset: timedelta | None = tz.utcoffset(None)
         # year -> (instants, transitions) for changes at instants in [Jan 1, next Jan 1) UTC.
         self._years: dict[int, tuple[list[datetime], list[Transition]]] = {}
 
@@ -181,6 +185,16 @@ def first_fire(pattern: LocalPattern, table: ZoneTable, start: datetime,
     shift = fixed and gap == "shift"
     try:
         limit = min(start.toordinal() + HORIZON_DAYS, date.max.toordinal())
+        constant = table.fixed_offset
+        if constant is not None:
+            # No change ever: no gap, no fold, no segment end. One lookup of the pattern,
+            # not one per UTC year the search crosses (a yearly cron asked in November
+            # walked two segments), and no year of the table computed.
+            local = pattern.next_local(start + constant, limit)
+            if local is None:
+                return None
+            found = local - constant
+            return found if end is None or found <= end else None
         if shift:
             # A gap-shifted fire of the change that starts `start`'s segment is that change's
             # instant: at or after `start` only when the search starts exactly on it.

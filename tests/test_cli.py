@@ -786,3 +786,35 @@ def test_demo_ctrl_c_while_starting_exits_130_and_leaves_no_server(tmp_path: Pat
         "executors demo: interrupted"], err
     wait_until(lambda: not _processes_with(marker), timeout=10,
                message="the embedded nx-27017 server outlived the demo")
+
+
+def test_a_run_of_some_metrics_only_merges_them_into_the_results_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--only TEXT`` measures the metrics whose name holds TEXT and writes them over their
+    rows of the results file, the others kept as they were; the page names the later run.
+    A filter that matches nothing is an error naming it, and writes nothing."""
+    from benchmarks import _harness
+
+    written = tmp_path / "toy.json"
+    first = [_harness.Metric(name, "ms", "lower", {_bench_report.OURS: lambda: 1.0})
+             for name in ("alpha", "beta one", "beta two")]
+    _harness.run_area("toy", lambda quick: first, argv=["--quick", "--json", str(written)])
+    again = [_harness.Metric(m.name, "ms", "lower", {_bench_report.OURS: lambda: 2.0})
+             for m in first]
+    _harness.run_area("toy", lambda quick: again,
+                      argv=["--quick", "--json", str(written), "--only", "beta"])
+    merged = json.loads(written.read_text())
+    assert [(m["name"], m["medians"][_bench_report.OURS]) for m in merged["metrics"]] == [
+        ("alpha", 1.0), ("beta one", 2.0), ("beta two", 2.0)]
+    assert merged["partial_runs"][0]["metrics"] == ["beta one", "beta two"]
+    with pytest.raises(SystemExit, match="'gamma'"):
+        _harness.run_area("toy", lambda quick: again,
+                          argv=["--quick", "--json", str(written), "--only", "gamma"])
+    assert json.loads(written.read_text()) == merged
+    results, out = tmp_path / "results", tmp_path / "docs"
+    results.mkdir()
+    (results / "toy.json").write_text(json.dumps(merged))
+    _bench_report.render_all(results, out, charts=False)
+    assert 'the 2 rows named with "beta" measured again in a later run' in (
+        out / "toy.md").read_text()
+    capsys.readouterr()

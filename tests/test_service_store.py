@@ -19,7 +19,10 @@ from executors import (
     BackgroundService,
     Interval,
     LeaseLost,
+    RunFinished,
+    RunInfo,
     RunMissed,
+    RunStarted,
     ScheduleAdded,
     ScheduleChanged,
     ScheduleRemoved,
@@ -329,6 +332,24 @@ def test_runs_know_their_fire_time_and_status_reports_the_store() -> None:
     assert job.statistics().runs >= 2
     record = store.get("fast")
     assert record is not None and record.counters["runs"] >= 2
+
+
+def test_a_claimed_run_is_marked_by_its_claim_for_current_run_and_the_run_events() -> None:
+    """Inside a claimed run, `current_run()` is a `RunInfo` of the claim's name, fire time and
+    attempt (equal at each call), and the run's `RunStarted` and `RunFinished` carry that
+    fire time: the claim marks the run, read into a `RunInfo` when asked."""
+    stored_jobs.INFOS.clear()
+    events: list[ServiceEvent] = []
+    with BackgroundService(store=MemoryStore()) as svc:
+        svc.subscribe(events.append, (RunStarted, RunFinished))
+        svc.schedule(Interval(0.2), stored_jobs.run_info_twice, name="marked")
+        wait_until(lambda: sum(isinstance(e, RunFinished) for e in events) >= 2, 10)
+    first, again = stored_jobs.INFOS[0]
+    assert type(first) is RunInfo and first == again
+    assert (first.name, first.attempt) == ("marked", 1)
+    fires = [info.fire_time for info, _ in stored_jobs.INFOS if info is not None]
+    assert [e.fire_time for e in events if isinstance(e, RunStarted)][:2] == fires[:2]
+    assert [e.fire_time for e in events if isinstance(e, RunFinished)][:2] == fires[:2]
 
 
 class _ClaimsAsItCloses:

@@ -216,3 +216,26 @@ def test_a_service_nobody_asks_status_of_reads_no_copy_of_the_store(
         wait_until(lambda: _names(svc) == {"hourly", "other"}, 10)
         assert store.reads >= 1
 
+def test_status_describes_a_schedule_whose_trigger_another_process_changed_anew(
+        tmp_path: Path) -> None:
+    """The copy behind `status()` keeps a schedule's trigger description while its trigger
+    data stays the same (a run moved its record on), and describes it anew when another
+    process declares the schedule with a different trigger."""
+    db = f"sqlite:///{tmp_path / 'jobs.db'}"
+
+    def listed(svc: BackgroundService) -> list[tuple[str, str]]:
+        status = svc.status().store
+        assert status is not None
+        return [(s.name, s.trigger) for s in status.schedules]
+
+    with BackgroundService("watcher", store=db) as watcher:
+        with BackgroundService("a", store=db) as svc:
+            svc.schedule(Interval(3600), stored_jobs.seen, name="x")
+            wait_until(lambda: len(listed(watcher)) == 1, 15)
+        hourly = listed(watcher)[0][1]
+        with BackgroundService("b", store=db) as svc:
+            svc.schedule(Interval(120), stored_jobs.seen, name="x")
+            wait_until(lambda: listed(watcher)[0][1] != hourly, 15)
+            # b's own copy is read once asked for (not at start): the same description.
+            wait_until(lambda: listed(svc) == listed(watcher), 15)
+        assert "3600" in hourly or "1h" in hourly or "hour" in hourly, hourly

@@ -1,5 +1,6 @@
 """What the SQLite schedule store adds to the store contract: change stamps read by
-`changed_since`, batched completions, and files made before the stamps existed."""
+`changed_since` (the capability's contract: tests/integrations/test_store_capabilities.py),
+and files made before the stamps existed."""
 
 from __future__ import annotations
 
@@ -62,28 +63,6 @@ def claim_all(store: SQLiteScheduleStore) -> list[object]:
                        on_crash=drop)  # type: ignore[arg-type]
 
 
-def test_changed_since_reads_the_rows_written_after_the_mark_and_a_removal_reads_all(
-        store: SQLiteScheduleStore) -> None:
-    """A first look (mark None) is whole; later looks hold only the records written since the
-    mark (a claim, a pause); after a removal the next look is whole again (the removed name
-    is gone from it); nothing written: nothing read."""
-    for name in ("a", "b", "c"):
-        declare(store, name, due=name == "a")
-    first = store.changed_since(None)
-    assert first.whole and [r.name for r in first.records] == ["a", "b", "c"]
-    assert len(claim_all(store)) == 1
-    assert store.set_paused("c", True)
-    later = store.changed_since(first.mark)
-    assert not later.whole and [r.name for r in later.records] == ["a", "c"]
-    assert later.records[0].running_fire is not None and later.records[1].paused
-    quiet = store.changed_since(later.mark)
-    assert not quiet.whole and quiet.records == [] and quiet.mark == later.mark
-    assert store.remove("c")
-    after = store.changed_since(quiet.mark)
-    assert after.whole and [r.name for r in after.records] == ["a", "b"]
-    assert store.changed_since(after.mark).records == []
-
-
 def test_removing_the_latest_written_record_still_moves_the_mark_on(
         store: SQLiteScheduleStore) -> None:
     """The removal of the record holding the largest stamp is seen (the removal's stamp is
@@ -96,24 +75,6 @@ def test_removing_the_latest_written_record_still_moves_the_mark_on(
     assert seen.whole and [r.name for r in seen.records] == ["a"]
     assert store.set_paused("a", True)
     assert [r.name for r in store.changed_since(seen.mark).records] == ["a"]
-
-
-def test_complete_many_writes_each_fenced_completion_in_one_batch(
-        store: SQLiteScheduleStore) -> None:
-    """Each completion of a batch counts its run (a failure as one too) and lets its lease
-    go; a stale one (its record moved on) is refused, the others are still written."""
-    declare(store, "ok", due=True)
-    declare(store, "bad", due=True)
-    claims = {c.name: c for c in claim_all(store)}  # type: ignore[attr-defined]
-    assert store.complete(claims["ok"], "ok")
-    answers = store.complete_many([(claims["ok"], "ok"), (claims["bad"], "error: E: x")])
-    assert answers == [False, True]
-    ok, bad = store.get("ok"), store.get("bad")
-    assert ok is not None and bad is not None
-    assert ok.counters["runs"] == 1 and ok.counters["failures"] == 0
-    assert bad.counters["runs"] == 1 and bad.counters["failures"] == 1
-    assert bad.last_result == "error: E: x" and bad.last_fire == claims["bad"].fire_time
-    assert bad.owner is None and bad.running_fire is None and bad.lease_until is None
 
 
 def _older_file(path: str, name: str, *statements: str) -> None:

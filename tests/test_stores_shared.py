@@ -4,6 +4,7 @@ asks a store for an optional capability (`offered`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import importlib
 import itertools
@@ -21,6 +22,7 @@ from executors.stores import (
     FORMAT_VERSION,
     UTC,
     MemoryStore,
+    Plan,
     ScheduleDefinition,
     ScheduleRecord,
     SQLiteScheduleStore,
@@ -33,11 +35,14 @@ from executors.stores import (
     changing,
     check_format,
     declaration,
+    finish_claim,
+    finish_record,
     new_record,
     no_store,
     offered,
     record_from_fields,
     rewrite,
+    settle_claim,
     watch_thread,
 )
 
@@ -255,3 +260,21 @@ def test_two_thousand_decoded_records_are_small() -> None:
         tracemalloc.stop()
     assert per_record < 1500, per_record
 
+def test_finish_claim_finishes_only_the_record_that_holds_the_claim() -> None:
+    """`finish_claim` is a completion's transition with its fence: the record `finish_record`
+    makes while the record holds the claim (its token, a run in progress); None once another
+    claim or a give-back moved it on, or with no record."""
+    record = new_record(definition(), NOON)
+    settled = settle_claim(record, "me", NOON, 30.0, lambda r, now: Plan(NOON, None),
+                           lambda r: "drop", "token-1")
+    assert settled is not None
+    held, claim = settled
+    assert claim is not None
+    finished = finish_claim(held, claim, "ok")
+    assert finished == finish_record(held, "ok")
+    assert finished is not None and finished.counters["runs"] == 1
+    assert finished.running_fire is None
+    assert finish_claim(finished, claim, "ok") is None  # finished once: the fence is gone
+    moved = dataclasses.replace(held, claim_token="token-2")
+    assert finish_claim(moved, claim, "ok") is None
+    assert finish_claim(None, claim, "ok") is None

@@ -120,6 +120,42 @@ def test_berlin_2024_last_sundays_of_march_and_october() -> None:
         datetime(2024, 3, 31, 1), datetime(2024, 10, 27, 1)]
 
 
+class _Counted:
+    """A real cron expression's local times (`CronFields`), counting a search's lookups."""
+
+    def __init__(self, expression: str) -> None:
+        self.fields = CronFields(expression)
+        self.fixed = self.fields.fixed
+        self.lookups = 0
+
+    def next_local(self, lo: datetime, limit: int) -> datetime | None:
+        self.lookups += 1
+        return self.fields.next_local(lo, limit)
+
+
+@pytest.mark.parametrize("name", ["UTC", "Etc/GMT+5"])
+def test_a_zone_with_one_offset_is_searched_in_one_lookup(name: str) -> None:
+    """A zone with one offset for all time (UTC, Etc/GMT+5) has no change to end a search's
+    segment: a yearly cron asked in November looks its pattern up once (not once per UTC
+    year the search crosses) and fires at its local time less the offset; `end` before
+    that fire leaves it out. A zone with changes keeps its segments."""
+    zone = ZoneInfo(name)
+    offset = zone.utcoffset(None)
+    assert offset is not None
+    table = _zones.zone_table(zone)
+    assert table.fixed_offset == offset
+    assert _zones.zone_table(BERLIN).fixed_offset is None
+    pattern = _Counted("0 0 9 1 6 *")  # 09:00:00 on June 1
+    want = datetime(2027, 6, 1, 9) - offset
+    assert _zones.first_fire(pattern, table, datetime(2026, 11, 29), "shift", "first",
+                             None) == want
+    assert pattern.lookups == 1
+    assert _zones.first_fire(pattern, table, datetime(2026, 11, 29), "shift", "first",
+                             want - timedelta(seconds=1)) is None
+    assert Cron("0 0 9 1 6 *", tz=zone).next_after(utc(2026, 11, 29)) == want.replace(
+        tzinfo=UTC)
+
+
 # -- the policies ------------------------------------------------------------------------------
 
 

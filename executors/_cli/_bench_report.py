@@ -14,7 +14,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import NotRequired, TypedDict, cast
+from typing import Any, NotRequired, TypedDict, cast
 
 from ._words import plural
 
@@ -154,6 +154,9 @@ class AreaResult(TypedDict):
     # and after the metrics (absent from files written before it was recorded).
     thread_wake_us: NotRequired[list[float]]
     metrics: list[MetricResult]
+    # Later runs of some metrics only (``--only``), merged over their rows: each with its
+    # filter, start, length, rounds, Python, machine state and the metrics it measured.
+    partial_runs: NotRequired[list[dict[str, Any]]]
 
 
 def _md(text: str) -> str:
@@ -240,6 +243,12 @@ def _run_line(result: AreaResult) -> str:
     if wake:
         line += (f"; two threads' raw-lock ping-pong {wake[0]:.0f} us per round trip before, "
                  f"{wake[-1]:.0f} us after")
+    for partial in result.get("partial_runs", []):
+        when = datetime.datetime.fromtimestamp(partial["started"], datetime.UTC)
+        line += (f"; the {plural(len(partial['metrics']), 'row')} named with "
+                 f"\"{_md(partial['only'])}\" measured again in a later run "
+                 f"({plural(partial['rounds'], 'round')}, Python {partial['python']}, "
+                 f"{when:%Y-%m-%d %H:%M} UTC, {partial['seconds']:.0f} s)")
     return line
 
 

@@ -29,7 +29,7 @@ from .events import (
     ScheduleResumed,
 )
 from .job_statistics import JobStatistics
-from .run_info import EveryRun, RunInfo, enter_run, resolve
+from .run_info import EveryRun, Fired, RunInfo, mark_run, resolve
 from .wallclock import check_trigger
 
 if TYPE_CHECKING:
@@ -430,8 +430,8 @@ class Job:
     # -- running (by the scheduler or the job's executor: never concurrently) ---------------
 
     def _run_once(self, start: float, due: float | None, monotonic: Callable[[], float],
-                  run: RunInfo | None = None, call: Callable[[], object] | None = None
-                  ) -> tuple[bool, float]:
+                  run: RunInfo | Fired | None = None,
+                  call: Callable[[], object] | None = None) -> tuple[bool, float]:
         """Run fn once, started at `start` for a run due at `due`; (failed, end time).
 
         The per-run bookkeeping of every kind of job, written once: lateness, the call,
@@ -447,7 +447,7 @@ class Job:
         if lateness > self._max_lateness:
             self._max_lateness = lateness
         scheduler = self._context
-        info: RunInfo | EveryRun[Any] = run if run is not None else [
+        info: RunInfo | EveryRun[Any] | Fired = run if run is not None else [
             self._name, start if due is None else due, scheduler.clock, None]
         # A subscriber gets a run's events if it was subscribed when the run started.
         wanted = scheduler.events.wanted
@@ -472,15 +472,17 @@ class Job:
                 scheduler.events.emit(RunFinished(self._name, _fire_time(info), duration))
         return failed, end
 
-    def _call(self, run: RunInfo | EveryRun[Any], call: Callable[[], object] | None = None
-              ) -> bool:
+    def _call(self, run: RunInfo | EveryRun[Any] | Fired,
+              call: Callable[[], object] | None = None) -> bool:
         """Run fn once in a fresh context that knows the run (`executors.current_run`); True if
         it raised (the exception is logged here)."""
         try:
+            context = contextvars.Context()
+            context.run(mark_run, run)
             if call is None:
-                contextvars.Context().run(enter_run, run, self._fn, self._args)
+                context.run(self._fn, *self._args)
             else:
-                contextvars.Context().run(enter_run, run, call, ())
+                context.run(call)
         except BaseException as exc:
             self._errors += 1
             self._consecutive_errors += 1
@@ -543,7 +545,7 @@ class Job:
         return not self._cancelled
 
 
-def _fire_time(run: RunInfo | EveryRun[Any]) -> datetime.datetime:
+def _fire_time(run: RunInfo | EveryRun[Any] | Fired) -> datetime.datetime:
     return resolve(run).fire_time
 
 

@@ -8,17 +8,24 @@ import contextvars
 import queue
 import threading
 from collections.abc import Callable
-from typing import final
+from typing import Protocol, final
 
 from executors import _threads
 
 from .job import JobSlot
 
-__all__ = ("Pool", "Submission")
+__all__ = ("Pool", "Submission", "WorkItem")
 
 # The work queue's stop sentinel: each worker that takes it puts it back for the next one
 # (the same trick as concurrent.futures.ThreadPoolExecutor), so stop() needs no worker count.
 _STOP = object()
+
+
+class WorkItem(Protocol):
+    """A work item the pool runs (`Submission`, a stored schedule's claim): its `run` never
+    raises (it reports what it must itself)."""
+
+    def run(self) -> None: ...
 
 
 @final
@@ -47,7 +54,8 @@ class Submission:
 
 @final
 class Pool:
-    """Up to `workers` threads taking `JobSlot` runs (given to `run_job`) and `Submission`s."""
+    """Up to `workers` threads taking `JobSlot` runs (given to `run_job`) and work items
+    (`Submission`s, a store loop's claims)."""
 
     def __init__(self, name: str, workers: int, run_job: Callable[[JobSlot], None],
                  shutting_down: Callable[[], bool]) -> None:
@@ -66,7 +74,7 @@ class Pool:
         self._unclaimed = 0  # queued items no idle thread was reserved for
         self._stopping = False
 
-    def put(self, item: JobSlot | Submission) -> None:
+    def put(self, item: JobSlot | WorkItem) -> None:
         # Each queued item is matched with exactly one taker: an idle thread, a new thread,
         # or (pool full) the next thread that finishes, which then skips going idle.
         spawn = False

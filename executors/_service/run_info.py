@@ -6,7 +6,9 @@ variable is set before the job's function is called, so `current_run()` answers 
 ``contextvars.copy_context().run``) and returns None everywhere else.
 
 An `every()` job's run gets its `RunInfo` built lazily, on the first `current_run()` call: the
-hot path of a periodic job pays for one small list per run, not for a datetime.
+hot path of a periodic job pays for one small list per run, not for a datetime. A stored
+schedule's run is marked with its claim (a `Fired`: name, fire time, attempt), read into a
+`RunInfo` only when asked for.
 """
 
 from __future__ import annotations
@@ -14,10 +16,9 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import datetime
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ("EveryRun", "RunInfo", "current_run", "enter_run", "resolve")
+__all__ = ("EveryRun", "Fired", "RunInfo", "current_run", "mark_run", "resolve")
 
 UTC = datetime.UTC
 
@@ -40,25 +41,42 @@ class RunInfo:
     attempt: int
 
 
+class Fired(Protocol):
+    """A run that knows its fire time (`executors.stores.Claim`): read into a `RunInfo` when
+    `current_run()` asks."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def fire_time(self) -> datetime.datetime: ...
+
+    @property
+    def attempt(self) -> int: ...
+
+
 #: An ``every()`` run, built per run on the hot path as a list (cheaper than any object):
 #: ``[name, due (monotonic), clock, RunInfo or None]``; the `RunInfo` is computed once, on the
 #: first `current_run()` of the run, and kept in the last item so every call agrees.
 EveryRun = list
 
 
-def resolve(run: RunInfo | EveryRun[Any]) -> RunInfo:
+def resolve(run: RunInfo | EveryRun[Any] | Fired) -> RunInfo:
     """The `RunInfo` of a run (computing an ``every()`` run's once)."""
     if type(run) is RunInfo:
         return run
-    info: RunInfo | None = run[3]  # type: ignore[index]
-    if info is None:
-        name, due, clock = run[0], run[1], run[2]  # type: ignore[index]
-        wall = clock.time() - (clock.monotonic() - due)
-        info = run[3] = RunInfo(name, datetime.datetime.fromtimestamp(wall, UTC), 1)  # type: ignore[index]
-    return info
+    if type(run) is list:
+        info: RunInfo | None = run[3]
+        if info is None:
+            name, due, clock = run[0], run[1], run[2]
+            wall = clock.time() - (clock.monotonic() - due)
+            info = run[3] = RunInfo(name, datetime.datetime.fromtimestamp(wall, UTC), 1)
+        return info
+    # A claim: its fields are the run's, and as fixed (each answer is equal).
+    return RunInfo(run.name, run.fire_time, run.attempt)  # type: ignore[union-attr]
 
 
-_CURRENT: contextvars.ContextVar[RunInfo | EveryRun[Any] | None] = contextvars.ContextVar(
+_CURRENT: contextvars.ContextVar[RunInfo | EveryRun[Any] | Fired | None] = contextvars.ContextVar(
     "executors_current_run", default=None)
 
 
@@ -73,8 +91,6 @@ def current_run() -> RunInfo | None:
     return None if run is None else resolve(run)
 
 
-def enter_run(run: RunInfo | EveryRun[Any], fn: Callable[..., object],
-              args: tuple[object, ...]) -> object:
-    """Inside a fresh context: mark the run, then call ``fn(*args)``."""
-    _CURRENT.set(run)
-    return fn(*args)
+#: Mark the run of the context it is run in (``context.run(mark_run, run)``): a job's run
+#: marks its fresh context with it, then calls its function there, with no frame between.
+mark_run = _CURRENT.set

@@ -26,6 +26,9 @@ __all__ = ("WatchedStore",)
 
 # Calls that still work after `interrupt`: what releases the store's connections.
 _ALWAYS = frozenset({"close", "interrupt"})
+# The calls a claimed run makes (its renewals, its completion), watched from the start: the
+# first run takes the path every later one takes, with no `__getattr__` on it.
+_EVERY_RUN = ("renew", "complete")
 
 
 @final
@@ -43,6 +46,10 @@ class WatchedStore:
         # thread ident -> (method, real monotonic instant it began, thread name)
         self._calls: dict[int, tuple[str, float, str]] = {}
         self.interrupted = False
+        for name in _EVERY_RUN:
+            method = getattr(store, name, None)
+            if callable(method):
+                self.__dict__[name] = self._watch(name, method)
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self.inner, name)

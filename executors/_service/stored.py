@@ -40,6 +40,8 @@ The process clock is never used to decide anything: "due" and "lease expired" ar
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 import math
 import os
@@ -65,32 +67,19 @@ from .store_calls import WatchedStore
 from .stored_declare import declare_now, retry_all, serve_declarations
 from .stored_failing import FailingTable
 from .stored_faults import OwnRunsFirst, finish, on_crash
-from .stored_plan import UNWATCHED_AFTER, LoopPlanner, resume_record
-from .stored_run import UNKNOWN, InFlight, StoredLink
+from .stored_plan import UNWATCHED_AFTER, LoopPlanner
+from .stored_resume import resume_record
+from .stored_run import StoredLink, StoreHost, undeclared_job
 from .stored_status import Snapshots
-from .stored_trust import Trust, admit, claimable
+from .stored_trust import Trust, admit, claimable, give_back
 
 if TYPE_CHECKING:
     from .job import Job
-    from .scheduler import Scheduler
 
-__all__ = (
-    "BACKOFF_FIRST",
-    "BACKOFF_MAX",
-    "BATCH",
-    "LEASE",
-    "POLL",
-    "RENEW_EVERY",
-    "UNWATCHED_AFTER",
-    "StoreLoop",
-    "StoreStatus",
-    "StoredLink",
-    "StoredSchedule",
-    "check_store",
-    "resume_record",
-    "resolve_target",
-    "target_of",
-)
+__all__ = ("BACKOFF_FIRST", "BACKOFF_MAX", "BATCH", "LEASE", "POLL", "RENEW_EVERY", "UNKNOWN",
+           "UNWATCHED_AFTER", "InFlight", "StoreLoop", "StoreStatus", "StoredLink",
+           "StoredSchedule", "check_store", "resume_record", "resolve_target", "run_claim",
+           "target_of")
 
 logger = logging.getLogger("executors.service")
 
@@ -113,7 +102,6 @@ PLAN_RETRY_PASS = 0.1
 _CLOSE = object()
 _NUDGE = object()
 
-
 # -- the loop -------------------------------------------------------------------------------
 
 
@@ -121,7 +109,7 @@ _NUDGE = object()
 class StoreLoop:
     """The store thread of one service (see the module docstring)."""
 
-    def __init__(self, name: str, store: ScheduleStore, scheduler: Scheduler, *,
+    def __init__(self, name: str, store: ScheduleStore, scheduler: StoreHost, *,
                  owned: bool, lease: float = LEASE,
                  serve: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
                  ) -> None:
@@ -386,8 +374,11 @@ class StoreLoop:
                                  planner=self.planner, on_crash=self.on_crash, only=only)
         else:
             claims = self.write_finished(and_claim=True, only=only)
-        decisions, planned, trusted = self.planner.take()
+        # What this pass's plans decided: read, not taken (the next pass gathers anew).
+        plans = self.planner.plans
+        decisions, planned, trusted = plans.decisions, plans.planned, plans.trusted
         announce_missed = self.planner.announce
+        snapshots = self.snapshots
         for claim in claims:
             key = (claim.name, claim.version)
             decision = decisions.pop(key, None)
@@ -403,8 +394,11 @@ class StoreLoop:
                 owned = self.jobs.get(claim.name)
                 wall = None if owned is None else owned._wall
                 if wall is not None:
-                    with self.lock:  # a copy being read does not overwrite it (`Snapshots.touch`)
-                        self.snapshots.touch(claim.name)
+                    with self.lock:
+                        # A copy being read does not overwrite it (`Snapshots.touch`); with
+                        # none being read (most passes), a later read sees this claim's write.
+                        if snapshots.reading:
+                            snapshots.touch(claim.name)
                         # `WallState.set_fire`, with the timestamp read above.
                         wall.fire = fire
                         wall.fire_ts = math.inf if next_fire is None else next_fire
@@ -419,7 +413,6 @@ class StoreLoop:
         if len(claims) >= BATCH:
             return 0.0  # more may be due
         now = monotonic()
-        snapshots = self.snapshots
         snapshots.serve(now, refusals=only.serves_others)
         store_now, earliest = store.next_due(only)
         self.offset = store_now.timestamp() - self.scheduler.clock.time()
@@ -442,7 +435,7 @@ class StoreLoop:
         with self.lock:
             flight = self.in_flight[(claim.name, claim.version)] = InFlight(
                 self, claim, now + self.renew_every, next_fire)
-        self.scheduler.pool.put(flight)  # type: ignore[arg-type]
+        self.scheduler.pool.put(flight)
 
     def _renew(self, now: float) -> None:
         with self.lock:
@@ -572,3 +565,77 @@ class StoreLoop:
                 self.store.close()
             except Exception:
                 logger.exception("%s: closing the schedule store failed", self.name)
+
+
+# -- a claim's run --------------------------------------------------------------------------
+
+
+#: A claim whose next fire time its planner did not give (a rerun of a crashed owner's run).
+UNKNOWN = -math.inf
+
+
+@dataclasses.dataclass(slots=True)
+class InFlight:
+    """A claim of this process, from its claim until its completion is written; and the pool's
+    work item that runs it (`run`): one object per claim, made once, on the loop's hand-off."""
+
+    loop: StoreLoop = dataclasses.field(repr=False, compare=False)
+    claim: Claim
+    renew_at: float  # monotonic
+    # The record's next fire time after this claim (epoch seconds on the store's clock; None:
+    # none; UNKNOWN: not planned here): its completion wakes the loop only if that is
+    # before the loop's wake-up.
+    next_fire: float | None = UNKNOWN
+    lost: bool = False
+    started: bool = False  # a pool thread took the run (set before it runs anything)
+
+    def run(self) -> None:
+        """Run the claim (on a pool thread) and record its end."""
+        run_claim(self.loop, self.claim)
+
+
+def run_claim(loop: StoreLoop, claim: Claim) -> None:
+    """Run one claimed fire time (on a pool thread) and record its end."""
+    scheduler = loop.scheduler
+    with loop.lock:
+        flight = loop.in_flight.get((claim.name, claim.version))
+        if flight is not None:
+            flight.started = True  # not given back at close: it runs, and completes
+        job = loop.jobs.get(claim.name)
+    link = job._stored if job is not None else None
+    if job is not None and link is not None:
+        # Declared here: the code's function and arguments, whatever the record holds.
+        fn: Callable[..., object] = job._fn
+        definition = link.definition
+    else:
+        definition = claim.definition
+        if not loop.trust.claimable.admits_target(definition.target):
+            # Removed here since the loop let it run: never imported, never run.
+            with loop.lock:
+                loop.in_flight.pop((claim.name, claim.version), None)
+            give_back(loop, claim)
+            return
+        try:
+            fn = resolve_target(definition.target)
+        except Exception as exc:
+            logger.error("%s: stored schedule %r: its target %s does not import here (%s)",
+                         loop.name, claim.name, definition.target, exc)
+            loop.complete(claim, f"error: {type(exc).__name__}: {exc}"[:500])
+            return
+        job = undeclared_job(loop, claim.name, fn, definition)
+    clock = scheduler.clock
+    monotonic = scheduler.monotonic
+    start = monotonic()
+    # Lateness against the store's clock (the offset measured at the latest read).
+    lateness = clock.time() + loop.offset - claim.fire_time.timestamp()
+    call = functools.partial(fn, *definition.args, **definition.kwargs)
+    wall = job._wall
+    if wall is not None:
+        wall.last_fire = claim.fire_time
+    # The claim marks the run: `current_run()` reads it into a RunInfo if it is asked.
+    failed, _ = job._run_once(start, start - max(0.0, lateness), monotonic, claim, call)
+    result = "ok" if not failed else f"error: {job._last_error}"[:500]
+    loop.complete(claim, result)
+    if failed and definition.options.get("on_error") == "stop":
+        job._set_flags(stopped=True)
+        loop.post(("control", claim.name, "pause"))

@@ -13,13 +13,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from typing import TYPE_CHECKING, Protocol, final
-
-if TYPE_CHECKING:
-    from executors.stores import ScheduleStore
+from typing import Protocol, final
 
 __all__ = ("DECLARE_BACKOFF_FIRST", "DECLARE_BACKOFF_MAX", "Failing", "FailingLoop",
-           "FailingTable")
+           "FailingTable", "Named")
 
 logger = logging.getLogger("executors.service")
 
@@ -39,13 +36,23 @@ class Failing:
     attempts: int = 1
 
 
+class Named(Protocol):
+    """What the log reads of a store (not the store contract: the planner, which keeps a
+    table, sits below the stores)."""
+
+    @property
+    def display_url(self) -> str: ...
+
+
 class FailingLoop(Protocol):
     """What a table reads of its store loop: its name and store (for the log) and its lock
     (new after a fork: read at each use)."""
 
     name: str
     lock: threading.Lock
-    store: ScheduleStore
+
+    @property
+    def store(self) -> Named: ...
 
 
 @final

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
 from executors import _threads
 
@@ -33,12 +33,11 @@ if TYPE_CHECKING:
 
     from executors.stores import Claim, ScheduleRecord
 
-    from .scheduler import Scheduler
     from .store_calls import WatchedStore
-    from .stored_run import InFlight
+    from .stored_run import StoreHost
     from .stored_status import Snapshots
 
-__all__ = ("INTERRUPT_BEFORE", "FaultLoop", "OwnRunsFirst", "finish", "helper_threads",
+__all__ = ("INTERRUPT_BEFORE", "FaultLoop", "Flight", "OwnRunsFirst", "finish", "helper_threads",
            "interrupt_blocked", "on_crash")
 
 logger = logging.getLogger("executors.service")
@@ -52,12 +51,24 @@ INTERRUPT_BEFORE = 1.0
 _HUNG = 0.25
 
 
-class FaultLoop(TrustLoop, Protocol):
+class Flight(Protocol):
+    """What the crash policy and closing read of a claim in flight
+    (`executors._service.stored.InFlight`)."""
+
+    claim: Claim
+    renew_at: float
+    started: bool
+
+
+_F = TypeVar("_F", bound=Flight)
+
+
+class FaultLoop(TrustLoop, Protocol[_F]):
     """What the crash policy and closing read and call of the store loop
     (`executors._service.stored`): its claims and completions, its helper threads."""
 
     owner: str
-    in_flight: dict[tuple[str, int], InFlight]
+    in_flight: dict[tuple[str, int], _F]
     completing: set[tuple[str, str]]
     finished: list[tuple[Claim, str]]
     retry_completions: list[tuple[Claim, str]]
@@ -67,7 +78,7 @@ class FaultLoop(TrustLoop, Protocol):
     snapshots: Snapshots
 
     @property
-    def scheduler(self) -> Scheduler: ...
+    def scheduler(self) -> StoreHost: ...
 
     def write_finished(self) -> object: ...
 
@@ -80,7 +91,7 @@ class OwnRunsFirst(Exception):
     """A claim met an expired lease of a run still in this process (see `on_crash`)."""
 
 
-def on_crash(loop: FaultLoop, record: ScheduleRecord) -> Literal["drop", "rerun"]:
+def on_crash(loop: FaultLoop[_F], record: ScheduleRecord) -> Literal["drop", "rerun"]:
     """The claims' ``on_crash``: the schedule's policy for a run whose lease expired, but for
     a run of this process still here, `OwnRunsFirst` (see the module docstring)."""
     token = record.claim_token
@@ -98,7 +109,7 @@ def on_crash(loop: FaultLoop, record: ScheduleRecord) -> Literal["drop", "rerun"
     return on_crash_of(loop, record)  # the declaration's policy (the code's, not the store's)
 
 
-def finish(loop: FaultLoop) -> None:
+def finish(loop: FaultLoop[_F]) -> None:
     """Closing (the store thread): wait for the runs in progress to record their end, then
     let go."""
     if loop.unwatch is not None:
@@ -120,7 +131,7 @@ def finish(loop: FaultLoop) -> None:
         loop.release()
 
 
-def _give_back_unstarted(loop: FaultLoop) -> None:
+def _give_back_unstarted(loop: FaultLoop[_F]) -> None:
     """Closing, the pool's threads ended: a claim no thread took (made as the service
     closed, queued behind the pool's stop) goes back to the store, due again at once for
     any owner, instead of holding its schedule for a lease and ending as a crash."""
@@ -140,13 +151,13 @@ def _give_back_unstarted(loop: FaultLoop) -> None:
                     "back to the store", loop.name, claim.name, claim.fire_time.isoformat())
 
 
-def helper_threads(loop: FaultLoop) -> list[threading.Thread]:
+def helper_threads(loop: FaultLoop[_F]) -> list[threading.Thread]:
     """The loop's threads besides the store thread: the snapshot thread and the store's
     listener (`shutdown()` waits for them and counts them in its report)."""
     return [t for t in (loop.snapshots.reader, loop.listener) if t is not None]
 
 
-def interrupt_blocked(loop: FaultLoop) -> bool:
+def interrupt_blocked(loop: FaultLoop[_F]) -> bool:
     """At the shutdown's interruption point: if a store call has been in progress for a
     while, interrupt every call and refuse the later ones (logged). True if it did."""
     blocked = loop.watched.blocked()

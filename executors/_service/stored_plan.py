@@ -1,4 +1,4 @@
-"""The ``missed`` policy of stored schedules: planning a claim, announcing a miss, resuming.
+"""The ``missed`` policy of stored schedules: planning a claim and announcing a miss.
 
 The store loop (`executors._service.stored`) hands its `LoopPlanner` to the store's claim,
 which owns what it decides until the loop takes it: it applies the ``missed`` policy with
@@ -7,35 +7,41 @@ conditional update, so it is applied once however many processes serve the store
 A fire time still unclaimed `UNWATCHED_AFTER` after it came due passed unwatched (reason
 ``"stopped"``), as in memory after a restart with ``since``: ``"skip"`` runs none of them. A
 group of missed fire times is announced once by the process that meets it (``"all"`` walks it
-over several claims). Resuming skips the fire times that passed while paused
-(`resume_record`).
+over several claims).
+
+The planner sits beside the stores, not above them: a store's claim calls it, so this module
+imports only the stores' data model (`executors.stores._records`), never a store or the
+contract that names them, and reads a declared job through `PlannedJob`, not the job's
+class (which names the store contract). The store's call into it climbs no floor.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol, final
 
 from executors import _search_budget
-from executors.stores import Plan, ScheduleRecord, ScheduleStore
-from executors.triggers import AllOf
+from executors.stores._records import Plan
+from executors.triggers import AllOf, trigger_from_data
 
-from .schedule_data import trigger_of
-from .stored_failing import FailingTable
-from .wallclock import WALK_BOUND, decide
+from .stored_failing import FailingTable, Named
 from .wallclock import announce_missed as announce
+from .wallclock import decide
 
 if TYPE_CHECKING:
+    from executors.stores._records import ScheduleDefinition, ScheduleRecord
+
     from .context import ServiceContext
-    from .job import Job, StoredServer
     from .wallclock import Missed, TriggerLike, WallState
 
-__all__ = ("PLAN_BUDGET", "UNWATCHED_AFTER", "Decision", "LoopPlanner", "PlanLoop",
-           "resume_record")
+__all__ = ("PLAN_BUDGET", "UNWATCHED_AFTER", "Decision", "LoopPlanner", "PassPlans", "PlanLoop",
+           "PlannedJob")
 
 logger = logging.getLogger("executors.service")
 
@@ -65,14 +71,47 @@ def _searches(trigger: TriggerLike) -> bool:
     return False
 
 
+@dataclasses.dataclass(slots=True)
+class PassPlans:
+    """What the plans of one pass of the loop decided, keyed by (name, version after the
+    claim): the misses to announce, the next fire times, and the records planned with this
+    process's declaration, unchanged (their claims run as declared: `stored_trust.admit`
+    says the same of them). The loop reads it after its claim; the next pass makes another."""
+
+    decisions: dict[tuple[str, int], Decision] = dataclasses.field(default_factory=dict)
+    planned: dict[tuple[str, int], dt.datetime | None] = dataclasses.field(
+        default_factory=dict)
+    trusted: set[tuple[str, int]] = dataclasses.field(default_factory=set)
+
+
+class _Declaration(Protocol):
+    @property
+    def definition(self) -> ScheduleDefinition: ...
+
+
+class PlannedJob(Protocol):
+    """What a planner reads of a job its loop declares (`executors._service.job.Job`): its
+    link to the store (None once it is served otherwise) and its wall-clock state."""
+
+    @property
+    def _stored(self) -> _Declaration | None: ...
+
+    @property
+    def _wall(self) -> WallState | None: ...
+
+
 class PlanLoop(Protocol):
     """What a planner reads of its store loop: its name, lock and store (the failing plans'
     log), the jobs it declares (their declarations win over the record's) and its service."""
 
     name: str
     lock: threading.Lock
-    store: ScheduleStore
-    jobs: dict[str, Job]
+
+    @property
+    def store(self) -> Named: ...
+
+    @property
+    def jobs(self) -> Mapping[str, PlannedJob]: ...
 
     @property
     def scheduler(self) -> ServiceContext: ...
@@ -81,27 +120,20 @@ class PlanLoop(Protocol):
 @final
 class LoopPlanner:
     """A store loop's planner (the claims' `Planner`): the ``missed`` policy on each due
-    record, and what it decided until the loop takes it: the misses to announce
-    (`decisions`), the next fire times (`planned`), the groups announced (`announced`), the
-    plans failing (`failing`), the decoded triggers and the pass's search time. A store that
+    record, and what the pass's plans decided (`plans`, read by the loop after its claim),
+    the groups announced (`announced`), the plans failing (`failing`), the decoded triggers
+    and the pass's search time. A store that
     plans outside its write lock (SQLite) tells `lost` of each plan whose conditional write
     lost to another writer: its miss, if it runs nothing, is the winner's to announce
     (announced once)."""
 
-    __slots__ = ("announced", "decisions", "failing", "loop", "planned", "searched",
-                 "triggers", "trusted")
+    __slots__ = ("announced", "failing", "loop", "plans", "searched", "triggers")
 
     def __init__(self, loop: PlanLoop) -> None:
         self.loop = loop
         self.failing = FailingTable(loop, "plan")
         self.searched = 0.0  # seconds the pass's plans searched (the pass's budget)
-        # (name, version after the claim) -> the miss to announce, and the next fire time.
-        self.decisions: dict[tuple[str, int], Decision] = {}
-        self.planned: dict[tuple[str, int], dt.datetime | None] = {}
-        # (name, version after the claim) of the records planned with this process's
-        # declaration, unchanged: their claims run as declared (`stored_trust.admit` says
-        # the same of them).
-        self.trusted: set[tuple[str, int]] = set()
+        self.plans = PassPlans()
         # name -> (the latest fire time of a group announced, the wall time up to which that
         # group passed unwatched, or None): each later claim of an "all" walk keeps that verdict.
         self.announced: dict[str, tuple[dt.datetime, float | None]] = {}
@@ -128,7 +160,7 @@ class LoopPlanner:
         # planner holds the jobs, and a record planned as declared needs no trust check
         # after its claim (`trusted`).
         job = self.loop.jobs.get(name)
-        link: StoredServer | None = None
+        link: _Declaration | None = None
         wall: WallState | None = None
         if job is not None and job._stored is not None and job._wall is not None:
             link, wall = job._stored, job._wall
@@ -180,6 +212,7 @@ class LoopPlanner:
         if failing is not None:
             self.failing.succeeded(name)
         key = (name, record.version + 1)
+        plans = self.plans
         if policy == "all" and len(d.runs) > 1:
             # One fire time per claim: the next claim takes the next one (a group of due
             # fire times is walked once, here, and the rest stay due in the record). This
@@ -189,49 +222,47 @@ class LoopPlanner:
             # The fire time run is one of the missed (run late) when any missed one runs.
             plan = Plan(d.runs[-1] if d.runs else None, d.next_fire, d.missed,
                         bool(d.runs) and d.ran > 0)
-        self.planned[key] = plan.next_fire
+        plans.planned[key] = plan.next_fire
         if link is not None and record.definition == link.definition:
-            self.trusted.add(key)
+            plans.trusted.add(key)
         if d.missed and not walked:
             # Once a group: "all" walks it one claim at a time, and each later claim of the
             # walk sees the rest of the group this process has announced already.
             self.announced[name] = (d.last, None if unwatched is None else unwatched[1])
-            self.decisions[key] = (
+            plans.decisions[key] = (
                 d.missed, d.ran, first, d.last_missed, d.reason, policy, d.truncated)
         return plan
 
     def new_pass(self) -> None:
-        """A pass of the loop begins: its plans share one budget of search time."""
+        """A pass of the loop begins: its plans share one budget of search time, and what
+        they decide is gathered anew (the last pass's loop has read its own, or it is void:
+        a claim that failed wrote none of its plans)."""
         self.searched = 0.0
+        self.plans = PassPlans()
 
     def lost(self, name: str, version: int) -> None:
         """The plan of `name` that would have written `version` was not written."""
-        self.decisions.pop((name, version), None)
-
-    def take(self) -> tuple[dict[tuple[str, int], Decision],
-                            dict[tuple[str, int], dt.datetime | None], set[tuple[str, int]]]:
-        """The pass's decisions, next fire times and trusted claims, for the loop (the planner
-        starts anew)."""
-        decisions, self.decisions = self.decisions, {}
-        planned, self.planned = self.planned, {}
-        trusted, self.trusted = self.trusted, set()
-        return decisions, planned, trusted
+        self.plans.decisions.pop((name, version), None)
 
     def forget(self) -> None:
         """The pass's plans are void (its claim was abandoned, or this is a forked child)."""
-        self.decisions, self.planned, self.trusted = {}, {}, set()
+        self.plans = PassPlans()
 
     def trigger_for(self, record: ScheduleRecord) -> TriggerLike:
         """`record`'s stored trigger, decoded once per trigger data (keyed by the data itself:
         the record's digest field is only what its writer says)."""
         key = json.dumps(record.definition.trigger, sort_keys=True)
         triggers = self.triggers
-        trigger = triggers.get(key)
-        if trigger is None:
-            trigger = trigger_of(record.definition.trigger)
-            if len(triggers) >= _TRIGGERS_KEPT:
-                triggers.clear()
-            triggers[key] = trigger
+        known = triggers.get(key)
+        if known is not None:
+            return known
+        # Decoded here, not through `schedule_data.trigger_of` (a module that names the
+        # store contract): this is the planner's own cache.
+        trigger: TriggerLike = trigger_from_data(  # type: ignore[assignment]
+            record.definition.trigger)
+        if len(triggers) >= _TRIGGERS_KEPT:
+            triggers.clear()
+        triggers[key] = trigger
         return trigger
 
     def announce(self, name: str, decision: Decision) -> None:
@@ -243,28 +274,6 @@ class LoopPlanner:
                  missed, ran, first, last, reason, policy, truncated)
 
     def __repr__(self) -> str:
-        return (f"<LoopPlanner pending={len(self.decisions)} failing={len(self.failing)} "
+        return (f"<LoopPlanner pending={len(self.plans.decisions)} failing={len(self.failing)} "
                 f"triggers={len(self.triggers)}>")
 
-
-def resume_record(store: ScheduleStore, name: str) -> tuple[bool, int]:
-    """Resume the stored schedule `name`: the fire times that passed while it was paused are
-    skipped by intent, as in memory (`WallSlots.resume`): not run, not missed; it runs at its
-    next fire time after the store's now. ``(found, skipped)``; used by the service and by
-    ``executors schedules resume``."""
-    record = store.get(name)
-    if record is None:
-        return False, 0
-    skipped = 0
-    fire = record.next_fire
-    if record.paused and fire is not None:
-        now = store.now()
-        trigger = trigger_of(record.definition.trigger)
-        while fire is not None and fire <= now:
-            skipped += 1
-            # Past the walk's bound, straight to the first fire time after now.
-            fire = trigger.next_after(now if skipped >= WALK_BOUND else fire)
-        # Moved while still paused (no claim sees it in between), then resumed.
-        if skipped and not store.set_next_fire(name, fire):
-            return False, 0
-    return store.set_paused(name, False), skipped

@@ -1,69 +1,59 @@
-"""A stored schedule's job: its link to the store loop, and running one claimed fire time.
+"""A stored schedule's job: its link to the store loop, and the job made for a record
+written elsewhere.
 
-The store loop (`executors._service.stored`) puts an `InFlight` on the pool for each claim: it
-runs the declared job's function with the arguments of its declaration (never the record's:
-`executors._service.stored_trust`), with `executors.current_run()` set, and hands the run's
-end to the loop, which writes it to the store fenced by the claim. Only a record written
-elsewhere that ``serve=`` admits is run from its stored target (``"module:qualname"``,
-imported then) and arguments, as a job made for it.
+The store loop (`executors._service.stored`) runs each claim with the declared job's function
+and the arguments of its declaration (never the record's: `executors._service.stored_trust`).
+Only a record written elsewhere that ``serve=`` admits is run from its stored target
+(``"module:qualname"``, imported then) and arguments, as a job made for it here
+(`undeclared_job`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import logging
-import math
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, final
 
-from .run_info import RunInfo
-from .schedule_data import resolve_target, trigger_of
-from .stored_trust import TrustLoop, give_back
+from .job import ServiceHost
+from .schedule_data import trigger_of
+from .stored_trust import TrustLoop
 
 if TYPE_CHECKING:
-    from executors.stores import Claim, ScheduleDefinition
+    from executors.stores import ScheduleDefinition
 
-    from .job import Job, JobSlot, ServiceHost
+    from .job import Job, JobSlot
     from .wallclock import TriggerLike
 
-__all__ = ("UNKNOWN", "InFlight", "RunLoop", "StoredLink", "run_claim")
-
-logger = logging.getLogger("executors.service")
+__all__ = ("RunLoop", "StoreHost", "StoredLink", "WorkPool", "undeclared_job")
 
 
-#: A claim whose next fire time its planner did not give (a rerun of a crashed owner's run).
-UNKNOWN = -math.inf
+class _Runnable(Protocol):
+    def run(self) -> None: ...
 
 
-@dataclasses.dataclass(slots=True)
-class InFlight:
-    """A claim of this process, from its claim until its completion is written; and the pool's
-    work item that runs it (`run`): one object per claim, made once, on the loop's hand-off."""
+class WorkPool(Protocol):
+    """The pool a store loop hands its claims to (`executors._service.pool.Pool`)."""
 
-    loop: RunLoop = dataclasses.field(repr=False, compare=False)
-    claim: Claim
-    renew_at: float  # monotonic
-    # The record's next fire time after this claim (epoch seconds on the store's clock; None:
-    # none; UNKNOWN: not planned here): its completion wakes the loop only if that is
-    # before the loop's wake-up.
-    next_fire: float | None = UNKNOWN
-    lost: bool = False
-    started: bool = False  # a pool thread took the run (set before it runs anything)
+    threads: list[threading.Thread]
 
-    def run(self) -> None:
-        """Run the claim (on a pool thread) and record its end."""
-        run_claim(self.loop, self.claim)
+    def put(self, item: _Runnable) -> None: ...
+
+
+class StoreHost(ServiceHost, Protocol):
+    """What a store loop reads of its service (the scheduler): the context, the jobs, the
+    pool its claims run on. A protocol, not the scheduler's class: the pool runs the loop's
+    work items, so the loop stays beside the scheduler and its pool, never above them."""
+
+    jobs: dict[str, Job]
+
+    @property
+    def pool(self) -> WorkPool: ...
 
 
 class RunLoop(TrustLoop, Protocol):
-    """What a stored schedule's job and runs read and call of the store loop
+    """What a stored schedule's job reads and calls of the store loop
     (`executors._service.stored`)."""
-
-    #: This process's claims, by (name, version).
-    in_flight: dict[tuple[str, int], InFlight]
-    #: The store's clock minus this process's wall clock, at the latest read (seconds).
-    offset: float
 
     @property
     def scheduler(self) -> ServiceHost: ...
@@ -71,8 +61,6 @@ class RunLoop(TrustLoop, Protocol):
     def post(self, message: object) -> None: ...
 
     def declare(self, definition: ScheduleDefinition, job: Job) -> None: ...
-
-    def complete(self, claim: Claim, result: str) -> None: ...
 
 
 @final
@@ -117,55 +105,9 @@ class StoredLink:
         self.loop.declare(definition, job)
 
 
-def run_claim(loop: RunLoop, claim: Claim) -> None:
-    """Run one claimed fire time (on a pool thread) and record its end."""
-    scheduler = loop.scheduler
-    with loop.lock:
-        flight = loop.in_flight.get((claim.name, claim.version))
-        if flight is not None:
-            flight.started = True  # not given back at close: it runs, and completes
-        job = loop.jobs.get(claim.name)
-    link = job._stored if job is not None else None
-    if job is not None and link is not None:
-        # Declared here: the code's function and arguments, whatever the record holds.
-        fn: Callable[..., object] = job._fn
-        definition = link.definition
-    else:
-        definition = claim.definition
-        if not loop.trust.claimable.admits_target(definition.target):
-            # Removed here since the loop let it run: never imported, never run.
-            with loop.lock:
-                loop.in_flight.pop((claim.name, claim.version), None)
-            give_back(loop, claim)
-            return
-        try:
-            fn = resolve_target(definition.target)
-        except Exception as exc:
-            logger.error("%s: stored schedule %r: its target %s does not import here (%s)",
-                         loop.name, claim.name, definition.target, exc)
-            loop.complete(claim, f"error: {type(exc).__name__}: {exc}"[:500])
-            return
-        job = _undeclared_job(loop, claim.name, fn, definition)
-    clock = scheduler.clock
-    monotonic = scheduler.monotonic
-    start = monotonic()
-    # Lateness against the store's clock (the offset measured at the latest read).
-    lateness = clock.time() + loop.offset - claim.fire_time.timestamp()
-    call = functools.partial(fn, *definition.args, **definition.kwargs)
-    wall = job._wall
-    if wall is not None:
-        wall.last_fire = claim.fire_time
-    failed, _ = job._run_once(start, start - max(0.0, lateness), monotonic,
-                              RunInfo(claim.name, claim.fire_time, claim.attempt), call)
-    result = "ok" if not failed else f"error: {job._last_error}"[:500]
-    loop.complete(claim, result)
-    if failed and definition.options.get("on_error") == "stop":
-        job._set_flags(stopped=True)
-        loop.post(("control", claim.name, "pause"))
-
-
-def _undeclared_job(loop: RunLoop, name: str, fn: Callable[..., object],
-                    definition: ScheduleDefinition) -> Job:
+def undeclared_job(loop: RunLoop, name: str, fn: Callable[..., object],
+                   definition: ScheduleDefinition) -> Job:
+    """A job for a record written elsewhere that ``serve=`` admits, served by `loop`."""
     from .job import NO_PUBLIC_CONSTRUCTOR, Job
     from .wallclock import WallState
 

@@ -156,7 +156,11 @@ class Snapshots:
         return first
 
     def touch(self, name: str) -> None:
-        """The loop refreshed job `name` (caller holds the lock): copies read before stay off."""
+        """The loop refreshed job `name` (caller holds the lock): copies read before stay off.
+
+        Only a read in progress (`reading`) can hold such a copy: the loop asks for each read
+        itself, so one that starts later reads the store after the loop's write (a claim
+        skips the call when none is reading)."""
         self.touches += 1
         self.touched[name] = self.touches
 
@@ -306,19 +310,21 @@ class Snapshots:
         old = self.listed.get(record.name)
         next_fire, lease_until = iso(record.next_fire), iso(record.lease_until)
         last_fire = iso(record.last_fire)
-        if old is not None:
-            digest, row = old
-            if (digest == record.digest and row.declared == declared
-                    and row.paused == record.paused and row.next_fire == next_fire
-                    and row.owner == record.owner and row.lease_until == lease_until
-                    and row.last_fire == last_fire and row.last_result == record.last_result
+        if old is not None and old[0] == record.digest:
+            row = old[1]
+            if (row.declared == declared and row.paused == record.paused
+                    and row.next_fire == next_fire and row.owner == record.owner
+                    and row.lease_until == lease_until and row.last_fire == last_fire
+                    and row.last_result == record.last_result
                     and row.counters == record.counters):
                 return row
-        try:
-            # Interned: thousands of schedules of a few triggers share their text.
-            trigger = sys.intern(self.loop.planner.trigger_for(record).describe())
-        except Exception as exc:  # a trigger this version cannot read
-            trigger = f"<unreadable: {exc}>"
+            trigger = row.trigger  # the same definition reads the same (a run moved on)
+        else:
+            try:
+                # Interned: thousands of schedules of a few triggers share their text.
+                trigger = sys.intern(self.loop.planner.trigger_for(record).describe())
+            except Exception as exc:  # a trigger this version cannot read
+                trigger = f"<unreadable: {exc}>"
         return StoredSchedule(
             record.name, trigger, record.definition.target, declared, record.paused,
             next_fire, record.owner, lease_until, dict(record.counters), last_fire,

@@ -123,6 +123,7 @@ from ._shared import scrub_url as scrub_url
 from ._sqlite import SQLiteScheduleStore as SQLiteScheduleStore
 from ._sqlite_files import sqlite_path as sqlite_path
 from ._transitions import earliest_due as earliest_due
+from ._transitions import finish_claim as finish_claim
 from ._transitions import finish_record as finish_record
 from ._transitions import given_back as given_back
 from ._transitions import holds as holds
@@ -168,6 +169,7 @@ __all__ = (
     "redeclared",
     "unchanged",
     "settle_claim",
+    "finish_claim",
     "finish_record",
     "given_back",
     "holds",

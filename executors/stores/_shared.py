@@ -29,7 +29,7 @@ from ._records import (
     StoreFormatError,
 )
 from ._transitions import (
-    finish_record,
+    finish_claim,
     given_back,
     holds,
     new_record,
@@ -167,7 +167,7 @@ Step = Callable[[ScheduleRecord | None], ScheduleRecord | None]
 
 def finishing(claim: Claim, result: str) -> Step:
     """The step of ``complete(claim, result)``: `finish_record`, if the record `holds` it."""
-    return lambda record: finish_record(record, result) if holds(record, claim) else None
+    return lambda record: finish_claim(record, claim, result)
 
 
 def giving_back(claim: Claim, now: dt.datetime) -> Step:

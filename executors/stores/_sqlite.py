@@ -50,7 +50,6 @@ from ._records import (
     StoreFormatError,
     from_epoch,
     record_from_fields,
-    to_epoch,
 )
 from ._shared import (
     Step,
@@ -352,10 +351,11 @@ class SQLiteScheduleStore:
     def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
               on_crash: Callable[[ScheduleRecord], OnCrash],
               only: Claimable | None = None) -> list[Claim]:
-        planned = self._plan(owner, lease, limit, planner, on_crash, only)
+        conn = self._conn()  # once: the read, the plans and the write share this thread's
+        planned = self._plan(conn, owner, lease, limit, planner, on_crash, only)
         if not planned.items:
             return []
-        with self._write() as conn:
+        with self._write(conn):
             return self._write_claims(conn, planned, lease)
 
     def complete_and_claim(self, finished: list[tuple[Claim, str]], owner: str, *,
@@ -367,10 +367,11 @@ class SQLiteScheduleStore:
         pass pays for one commit, not two (a commit costs more than a claimed row). Either
         both are written or neither (the error propagates). The claim is planned before the
         transaction, as `claim`'s is; a pass with nothing to write takes no lock."""
-        planned = self._plan(owner, lease, limit, planner, on_crash, only)
+        conn = self._conn()
+        planned = self._plan(conn, owner, lease, limit, planner, on_crash, only)
         if not finished and not planned.items:
             return [], []
-        with self._write() as conn:
+        with self._write(conn):
             done = self._complete_in(conn, finished)
             return done, self._write_claims(conn, planned, lease)
 
@@ -412,22 +413,22 @@ class SQLiteScheduleStore:
             params += tuple(sorted(only.modules))
         return f" AND ({sql})", params
 
-    def _plan(self, owner: str, lease: float, limit: int, planner: Planner,
-              on_crash: Callable[[ScheduleRecord], OnCrash], only: Claimable | None
-              ) -> _Planned:
+    def _plan(self, conn: sqlite3.Connection, owner: str, lease: float, limit: int,
+              planner: Planner, on_crash: Callable[[ScheduleRecord], OnCrash],
+              only: Claimable | None) -> _Planned:
         """Read the claimable records and plan them, holding no lock (see the module
         docstring): what `_write_claims` writes if the records are still as read."""
-        self._end_gone_leases(owner)
-        conn = self._conn()
+        self._end_gone_leases(conn, owner)
         token = uuid.uuid4().hex  # the batch's: unique with each record's name
         admitted, admitted_params = self._only(conn, only)
         now = self._now(conn)
         read_at = time.monotonic()
-        mark, skip = self._unreadable.mark(), self._unreadable.names()
+        mark, skip = self._unreadable.reading()
         # Runs whose lease expired (to settle them once), then the due records, earliest
         # first: two ordered walks of partial indexes that stop at `limit` (one query with an
         # OR would sort every due record, every claim).
-        at, where = to_epoch(now), admitted + not_in(skip)
+        at = now.timestamp()  # `to_epoch` without its check: `_now` reads an aware instant
+        where = admitted + not_in(skip) if skip else admitted  # usually none: no call
         rows = conn.execute(EXPIRED.format(where=where),
                             (at, *admitted_params, *skip, limit)).fetchall()
         if len(rows) < limit:
@@ -470,7 +471,7 @@ class SQLiteScheduleStore:
                 claims.append(claim)
         return claims
 
-    def _end_gone_leases(self, owner: str) -> None:
+    def _end_gone_leases(self, conn: sqlite3.Connection, owner: str) -> None:
         """End the leases of the runs whose owner died (`OwnerFiles`: its file lock is free),
         in a short write transaction of its own, before a claim looks for work: the claim then
         settles them as any expired lease (``on_crash``). At most every `LIVENESS_EVERY`."""
@@ -479,7 +480,6 @@ class SQLiteScheduleStore:
         if at < self._owners_seen + LIVENESS_EVERY:
             return
         self._owners_seen = at
-        conn = self._conn()
         owners = [row[0] for row in conn.execute(
             "SELECT DISTINCT owner FROM executors_schedules WHERE running_fire IS NOT NULL "
             f"AND lease_until >= {NOW} AND owner IS NOT NULL AND owner <> ?", (owner,))]

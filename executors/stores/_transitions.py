@@ -25,6 +25,7 @@ __all__ = (
     "unchanged",
     "settle_claim",
     "finish_record",
+    "finish_claim",
     "given_back",
     "holds",
     "earliest_due",
@@ -142,6 +143,13 @@ def finish_record(record: ScheduleRecord, result: str) -> ScheduleRecord:
                                lease_until=None, running_fire=None, counters=counters,
                                last_fire=record.running_fire, last_result=result,
                                claim_token=None, last_owner=record.owner)
+
+
+def finish_claim(record: ScheduleRecord | None, claim: Claim, result: str
+                 ) -> ScheduleRecord | None:
+    """The record after `claim`'s run ended with `result` (`finish_record`), or None if
+    `record` no longer `holds` the claim (its lease was lost: nothing to write)."""
+    return finish_record(record, result) if holds(record, claim) else None
 
 
 def given_back(record: ScheduleRecord, claim: Claim, now: dt.datetime) -> ScheduleRecord:

@@ -45,6 +45,10 @@ class Unreadable:
         """Taken before a claim reads the records it may find unreadable."""
         return next(self._ticks)
 
+    def reading(self) -> tuple[int, list[str]]:
+        """``(mark(), names())``: what a claim takes before it reads, in one call."""
+        return next(self._ticks), self.names()
+
     def add(self, name: str, mark: int) -> None:
         """`name` could not be read by a read begun at `mark`: leave it out until `recheck`
         seconds from now, unless this process has written it since."""

@@ -33,6 +33,7 @@ import psycopg
 
 from executors.stores import (
     FORMAT_VERSION,
+    Changes,
     Claim,
     Claimable,
     Declared,
@@ -47,7 +48,6 @@ from executors.stores import (
     changing,
     check_format,
     declaration,
-    finishing,
     from_epoch,
     giving_back,
     no_store,
@@ -57,8 +57,10 @@ from executors.stores import (
     rewrite,
     scrub_url,
     settle_claim,
+    to_epoch,
 )
 
+from .postgres_changes import REMOVED, read_changes
 from .postgres_connections import Listener, connect, cut
 from .postgres_owners import OwnerLocks
 
@@ -113,6 +115,9 @@ _CHANNEL = "SELECT 'executors_schedules'::regclass::oid"
 _NOW = "round(extract(epoch from now())::numeric, 6)::double precision"
 _COLUMNS = ("name, definition, digest, paused, next_fire, version, owner, lease_until, "
             "running_fire, attempt, state, claim_token")
+# What a read selects: `_COLUMNS`, the definition as its text (`_Definitions` decodes a text
+# it has not seen).
+_READ = _COLUMNS.replace("definition,", "definition::text AS definition,", 1)
 # Conditional writes of many rows in one statement: each row is written if its version is
 # still the one read. The rows travel as one array per column (``unnest``), so the statement's
 # text is the same whatever the batch's size (prepared once; a ``VALUES`` list of N rows would
@@ -139,6 +144,23 @@ _CLAIM_WRITE = (
     "claim_token, old_version) "
     "WHERE s.name = v.name AND s.version = v.old_version RETURNING s.name")
 
+# `finish_record` as one statement for a batch of ended runs, each fenced by its claim's token
+# (`holds`): no read, no decoding, one round trip. The counters the run does not move, and
+# any key of the state this code does not know, are kept (``||`` merges objects). The last
+# run's fire time and owner are the row's before this statement's own SET (SQL reads the row
+# as it was).
+_COMPLETE = (
+    "UPDATE executors_schedules AS s SET version = s.version + 1, owner = NULL, "
+    "lease_until = NULL, running_fire = NULL, claim_token = NULL, "
+    "state = s.state || jsonb_build_object("
+    "'counters', COALESCE(s.state->'counters', '{}'::jsonb) || jsonb_build_object("
+    "'runs', COALESCE((s.state->'counters'->>'runs')::bigint, 0) + 1, "
+    "'failures', COALESCE((s.state->'counters'->>'failures')::bigint, 0) + v.failed), "
+    "'last_result', v.result, 'last_fire', s.running_fire, 'last_owner', s.owner) "
+    "FROM unnest(%b::text[], %b::text[], %b::int4[], %b::text[]) AS "
+    "v(name, token, failed, result) "
+    "WHERE s.name = v.name AND s.claim_token = v.token AND s.running_fire IS NOT NULL "
+    "RETURNING v.name, v.token")
 
 # Up to `limit` claimable rows, locked, none that another claimer holds: the runs whose lease
 # expired (to settle) first, then the idle due records, earliest first. Two ordered range scans
@@ -149,10 +171,10 @@ _CLAIM_WRITE = (
 # empty array, the usual case, leaves out nothing. ``{only}``: the records the claimer admits
 # (`_admitted`), or nothing.
 _CLAIMABLE_SQL = (
-    f"WITH expired AS (SELECT {_COLUMNS} FROM executors_schedules "
+    f"WITH expired AS (SELECT {_READ} FROM executors_schedules "
     f"  WHERE running_fire IS NOT NULL AND lease_until < {_NOW}{{only}} "
     "  AND name <> ALL(%s::text[]) ORDER BY lease_until LIMIT %s FOR UPDATE SKIP LOCKED), "
-    f"due AS (SELECT {_COLUMNS} FROM executors_schedules "
+    f"due AS (SELECT {_READ} FROM executors_schedules "
     f"  WHERE NOT paused AND running_fire IS NULL AND next_fire <= {_NOW}{{only}} "
     "  AND name <> ALL(%s::text[]) ORDER BY next_fire LIMIT %s FOR UPDATE SKIP LOCKED) "
     f"SELECT *, {_NOW} FROM (SELECT * FROM expired UNION ALL SELECT * FROM due) AS c LIMIT %s")
@@ -179,33 +201,56 @@ _ALLOWED = (" OR definition->>'target' = ANY(%s::text[]) "
             "OR split_part(definition->>'target', ':', 1) = ANY(%s::text[])")
 
 
-def _decode(row: tuple[Any, ...]) -> ScheduleRecord:
-    state = row[10] if isinstance(row[10], dict) else {}
-    return record_from_fields({
-        "name": row[0], "definition": row[1], "digest": row[2], "paused": row[3],
-        "next_fire": row[4], "version": row[5], "owner": row[6], "lease_until": row[7],
-        "running_fire": row[8], "attempt": row[9], "claim_token": row[11], **state})
+class _Definitions:
+    """The definitions this store decoded, by name, each with the stored text it came from:
+    a record read again with the same text reuses its decoded definition (keyed by the data
+    itself, not by the digest its writer wrote). A claim reads every record it takes, and
+    most are read again unchanged, run after run."""
+
+    __slots__ = ("known",)
+
+    def __init__(self) -> None:
+        self.known: dict[str, tuple[str, ScheduleDefinition]] = {}
+
+    def decode(self, row: tuple[Any, ...]) -> ScheduleRecord:
+        """The record of `row` (`_READ`'s columns, the definition as text)."""
+        name, text = row[0], row[1]
+        known = self.known.get(name)
+        definition = known[1] if known is not None and known[0] == text else json.loads(text)
+        state = row[10] if isinstance(row[10], dict) else {}
+        record = record_from_fields({
+            "name": name, "definition": definition, "digest": row[2], "paused": row[3],
+            "next_fire": row[4], "version": row[5], "owner": row[6], "lease_until": row[7],
+            "running_fire": row[8], "attempt": row[9], "claim_token": row[11], **state})
+        if known is None or known[1] is not record.definition:
+            self.known[name] = (text, record.definition)  # one dict write: no lock needed
+        return record
 
 
-def _state(f: dict[str, Any]) -> str:
+def _state(record: ScheduleRecord) -> str:
     # The last run's owner is kept with the last run, in the state: no column to add, and a
     # record written before it was kept reads None.
-    return json.dumps({"counters": f["counters"], "last_result": f["last_result"],
-                       "last_fire": f["last_fire"], "last_owner": f["last_owner"]})
+    last_fire = record.last_fire
+    return json.dumps({"counters": dict(record.counters), "last_result": record.last_result,
+                       "last_fire": None if last_fire is None else to_epoch(last_fire),
+                       "last_owner": record.last_owner})
 
 
 def _encode(record: ScheduleRecord) -> tuple[object, ...]:
     f = record_fields(record)
     return (f["name"], json.dumps(f["definition"]), f["digest"], record.paused, f["next_fire"],
             f["version"], f["owner"], f["lease_until"], f["running_fire"], f["attempt"],
-            _state(f), f["claim_token"])
+            _state(record), f["claim_token"])
 
 
 def _encode_claimed(record: ScheduleRecord) -> tuple[object, ...]:
-    """What a claim changes in a record, in ``_CLAIM_WRITE``'s order."""
-    f = record_fields(record)
-    return (f["name"], f["next_fire"], f["version"], f["owner"], f["lease_until"],
-            f["running_fire"], f["attempt"], _state(f), f["claim_token"])
+    """What a claim changes in a record, in ``_CLAIM_WRITE``'s order (the definition, which
+    it does not change, is not encoded)."""
+    lease_until, running_fire = record.lease_until, record.running_fire
+    return (record.name, None if record.next_fire is None else to_epoch(record.next_fire),
+            record.version, record.owner, None if lease_until is None else to_epoch(lease_until),
+            None if running_fire is None else to_epoch(running_fire), record.attempt,
+            _state(record), record.claim_token)
 
 
 def _opening_error(exc: psycopg.Error, url: str, shown: str) -> Exception:
@@ -246,6 +291,7 @@ class PostgresScheduleStore:
         self._listeners: list[Listener] = []
         self._unreadable = Unreadable()
         self._owners = OwnerLocks()
+        self._definitions = _Definitions()
         failure: Exception | None = None
         oid = row = None
         try:
@@ -311,10 +357,10 @@ class PostgresScheduleStore:
 
     def _read(self, cur: psycopg.Cursor[Any], name: str, *, lock: bool = False,
               ) -> ScheduleRecord | None:
-        cur.execute(f"SELECT {_COLUMNS} FROM executors_schedules WHERE name = %s"
+        cur.execute(f"SELECT {_READ} FROM executors_schedules WHERE name = %s"
                     + (" FOR UPDATE" if lock else ""), (name,))
         row = cur.fetchone()
-        return None if row is None else _decode(row)
+        return None if row is None else self._definitions.decode(row)
 
     def _notify(self, cur: psycopg.Cursor[Any], name: str) -> None:
         """Tell the listeners (`watch`) that `name` changed, when this transaction commits."""
@@ -366,11 +412,24 @@ class PostgresScheduleStore:
     def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
               on_crash: Callable[[ScheduleRecord], OnCrash],
               only: Claimable | None = None) -> list[Claim]:
+        return self.complete_and_claim([], owner, lease=lease, limit=limit, planner=planner,
+                                       on_crash=on_crash, only=only)[1]
+
+    def complete_and_claim(self, finished: list[tuple[Claim, str]], owner: str, *,
+                           lease: float, limit: int, planner: Planner,
+                           on_crash: Callable[[ScheduleRecord], OnCrash],
+                           only: Claimable | None = None
+                           ) -> tuple[list[bool], list[Claim]]:
+        """`complete_many(finished)`, then `claim(...)`, in one transaction: the store loop's
+        pass pays for one commit, and the runs that ended since the last pass are written
+        with the statement that looks for due work (a record completed here is claimable by
+        the same statement). Either both are written or neither (the error propagates)."""
         token = uuid.uuid4().hex  # the batch's: unique with each record's name
         mark, skip = self._unreadable.mark(), self._unreadable.names()
         self._owners.hold(self._conn(), owner)  # before this claim writes its name
         admitted, params = self._admitted(only)
         with self._tx() as cur:
+            done = self._complete_in(cur, finished)
             self._owners.end_gone_leases(cur, owner)  # then settled as expired, below
             cur.execute(_CLAIMABLE_SQL.format(only=admitted),
                         (*params, skip, limit, *params, skip, limit, limit))
@@ -379,7 +438,7 @@ class PostgresScheduleStore:
             pending: dict[str, Claim] = {}
             for row in rows:
                 try:
-                    record = _decode(row[:12])
+                    record = self._definitions.decode(row)
                 except StoreFormatError:
                     # Reported by corrupt(); the others still run, and it is left out a while.
                     self._unreadable.add(str(row[0]), mark)
@@ -392,7 +451,29 @@ class PostgresScheduleStore:
                 if settled[1] is not None:
                     pending[record.name] = settled[1]
             won = self._write(cur, writes, claimed=True)
-        return [claim for name, claim in pending.items() if name in won]
+        return done, [claim for name, claim in pending.items() if name in won]
+
+    def complete_many(self, finished: list[tuple[Claim, str]]) -> list[bool]:
+        """`complete` for each ``(claim, result)``, in one statement (one round trip for a
+        batch of ended runs); each answer as `complete`'s."""
+        if not finished:
+            return []
+        with self._tx() as cur:
+            return self._complete_in(cur, finished)
+
+    @staticmethod
+    def _complete_in(cur: psycopg.Cursor[Any], finished: list[tuple[Claim, str]]
+                     ) -> list[bool]:
+        """The completions, in the caller's transaction: which were written (their records
+        still held their claims)."""
+        if not finished:
+            return []
+        cur.execute(_COMPLETE, ([claim.name for claim, _ in finished],
+                                [claim.token for claim, _ in finished],
+                                [int(result != "ok") for _, result in finished],
+                                [result for _, result in finished]))
+        written = set(cur.fetchall())
+        return [(claim.name, claim.token) in written for claim, _ in finished]
 
     def _admitted(self, only: Claimable | None) -> tuple[str, tuple[object, ...]]:
         """The condition (and its parameters) admitting only what `only` admits, its names
@@ -450,7 +531,7 @@ class PostgresScheduleStore:
             return cur.rowcount == 1
 
     def complete(self, claim: Claim, result: str) -> bool:
-        return self._rewrite(claim.name, finishing(claim, result), notify=False)
+        return self.complete_many([(claim, result)])[0]
 
     def give_back(self, claim: Claim) -> bool:
         # Notified: a watching owner claims it at once.
@@ -462,13 +543,12 @@ class PostgresScheduleStore:
     def set_next_fire(self, name: str, next_fire: dt.datetime | None) -> bool:
         return self._rewrite(name, changing(next_fire=next_fire))
 
-    def _rewrite(self, name: str, step: Step, *, notify: bool = True) -> bool:
+    def _rewrite(self, name: str, step: Step) -> bool:
         """`rewrite` in one transaction, the row locked (``FOR UPDATE``) from the read to the
-        write; `notify`: the listeners are told at commit (not at all if it rolls back)."""
+        write; the listeners are told at commit (not at all if it rolls back)."""
         with self._tx() as cur:
             def write(old: ScheduleRecord, new: ScheduleRecord) -> bool:
-                if notify:
-                    self._notify(cur, name)
+                self._notify(cur, name)
                 return bool(self._write(cur, [(new, old.version)]))
             return rewrite(lambda: self._read(cur, name, lock=True), step, write)
 
@@ -477,6 +557,8 @@ class PostgresScheduleStore:
             cur.execute("DELETE FROM executors_schedules WHERE name = %s", (name,))
             if cur.rowcount != 1:
                 return False
+            cur.execute(REMOVED)  # a later `changed_since` reads the whole store
+            self._definitions.known.pop(name, None)
             self._notify(cur, name)
             return True
 
@@ -484,14 +566,27 @@ class PostgresScheduleStore:
         with self._tx() as cur:
             return self._read(cur, name)
 
+    def changed_since(self, mark: int | None) -> Changes:
+        """The records written since `mark` (a `Changes.mark` of an earlier call), or the
+        whole store when `mark` is None or a schedule was removed since: what a reader that
+        keeps a copy of the store needs to bring it up to date (see `postgres_changes`: the
+        rows are found by the transactions that wrote them; a few may be read again)."""
+        new_mark, whole, rows = read_changes(self._conn(), _READ, mark)
+        decoded = self._decode_all(rows)
+        return Changes(new_mark, whole, [r for _, r in decoded if isinstance(r, ScheduleRecord)],
+                       [(name, r) for name, r in decoded if isinstance(r, str)])
+
     def _decoded(self) -> list[tuple[str, ScheduleRecord | str]]:
         with self._tx() as cur:
-            cur.execute(f"SELECT {_COLUMNS} FROM executors_schedules ORDER BY name")
+            cur.execute(f"SELECT {_READ} FROM executors_schedules ORDER BY name")
             rows = cur.fetchall()
+        return self._decode_all(rows)
+
+    def _decode_all(self, rows: list[tuple[Any, ...]]) -> list[tuple[str, ScheduleRecord | str]]:
         out: list[tuple[str, ScheduleRecord | str]] = []
         for row in rows:
             try:
-                out.append((str(row[0]), _decode(row)))
+                out.append((str(row[0]), self._definitions.decode(row)))
             except StoreFormatError as exc:
                 out.append((str(row[0]), str(exc)))
         return out

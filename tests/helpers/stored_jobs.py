@@ -20,6 +20,8 @@ __all__ = ("append", "hold", "record", "seen", "gated", "GATE_ENTERED", "GATE_OP
 
 #: In-process runs of `seen` (for tests that run the service in the test process).
 SEEN: list[tuple[str, str, int]] = []
+#: What `current_run()` answered in each run of `run_info_twice`, asked twice.
+INFOS: list[tuple[executors.RunInfo | None, executors.RunInfo | None]] = []
 #: Set by `gated` when a run has begun; the run then waits for `GATE_OPEN`.
 GATE_ENTERED = threading.Event()
 GATE_OPEN = threading.Event()
@@ -97,3 +99,8 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+
+
+def run_info_twice() -> None:
+    """Remember what `current_run()` answers, asked twice in the run (`INFOS`)."""
+    INFOS.append((executors.current_run(), executors.current_run()))

@@ -461,6 +461,20 @@ def test_unreadable_names_are_left_out_until_their_recheck_or_a_write() -> None:
     wait_until(lambda: unreadable.names() == [], 10)
 
 
+def test_unreadable_reading_is_a_mark_then_the_names_left_out() -> None:
+    """`Unreadable.reading` is what a claim takes before it reads, in one call: a new mark
+    (a write after it is seen, one before it is not) and the names left out now."""
+    unreadable = Unreadable(recheck=30.0)
+    first, names = unreadable.reading()
+    assert names == []
+    unreadable.add("a", first)
+    unreadable.written("b")
+    mark, names = unreadable.reading()
+    assert mark > first and names == ["a"]
+    unreadable.add("b", mark)  # written before this read's mark: unreadable since
+    assert sorted(unreadable.reading()[1]) == ["a", "b"]
+
+
 def test_an_unknown_store_scheme_is_refused_naming_it_and_the_known_ones() -> None:
     """A typo in the scheme names the scheme and lists the ones that exist."""
     with pytest.raises(ValueError, match=r"'redis' is not one of: memory, mongodb.*sqlite"):
