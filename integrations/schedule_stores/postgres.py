@@ -25,7 +25,7 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, final
 
@@ -60,6 +60,7 @@ from executors.stores import (
 )
 
 from .postgres_connections import Listener, connect, cut
+from .postgres_declare import Table, declare_many
 from .postgres_owners import OwnerLocks
 
 __all__ = ("PostgresScheduleStore",)
@@ -206,6 +207,10 @@ def _encode_claimed(record: ScheduleRecord) -> tuple[object, ...]:
     f = record_fields(record)
     return (f["name"], f["next_fire"], f["version"], f["owner"], f["lease_until"],
             f["running_fire"], f["attempt"], _state(f), f["claim_token"])
+
+
+# What a batch declaration (`postgres_declare`) reads and writes of the table.
+_TABLE = Table(_COLUMNS, _decode, _encode, _NOW)
 
 
 def _opening_error(exc: psycopg.Error, url: str, shown: str) -> Exception:
@@ -362,6 +367,15 @@ class PostgresScheduleStore:
             else:
                 self._write(cur, [(declared.record, old.version)])
             return declared
+
+    def declare_many(self, declarations: Sequence[tuple[
+            ScheduleDefinition, Callable[[dt.datetime], dt.datetime | None]]]
+                     ) -> list[Declared | Exception]:
+        """`SupportsDeclareMany`: one statement reads the batch's rows, and an unchanged
+        batch costs nothing more; the others are written in one transaction with one
+        notification (`postgres_declare`)."""
+        return declare_many(self._conn(), _TABLE, self.channel, self._unreadable, self.declare,
+                            declarations)
 
     def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
               on_crash: Callable[[ScheduleRecord], OnCrash],
