@@ -71,12 +71,15 @@ class Table:
 
 def declare_many(conn: psycopg.Connection[Any], table: Table, channel: str,
                  unreadable: Unreadable, declare: Declare,
-                 declarations: Sequence[tuple[ScheduleDefinition, FirstFire]]
-                 ) -> list[Declared | Exception]:
+                 declarations: Sequence[tuple[ScheduleDefinition, FirstFire]], *,
+                 again: bool = True) -> list[Declared | Exception]:
     """``SupportsDeclareMany.declare_many`` on `conn` (see the module docstring): `declare`
     is the store's one-schedule ``declare``, for what the batch leaves to be declared alone
-    (a name repeated in the batch, a row another process inserted meanwhile, the rest of a
-    batch whose write the server refused)."""
+    (a name repeated in the batch, the rest of a batch whose write the server refused).
+
+    The schedules another process inserted between this one's read and its write (two
+    processes starting with the same schedules) are declared again as a batch (`again`),
+    over the rows that process wrote: then unchanged, one more read; lost twice, alone."""
     out: list[Declared | Exception | None] = [None] * len(declarations)
     digests: dict[str, tuple[int, str]] = {}  # name -> (its place in the batch, its digest)
     alone: list[int] = []
@@ -102,7 +105,7 @@ def declare_many(conn: psycopg.Connection[Any], table: Table, channel: str,
                 pending.append(name)
         if pending:
             try:
-                alone += _write(conn, table, channel, declarations, digests, pending, out)
+                lost = _write(conn, table, channel, declarations, digests, pending, out)
             except psycopg.Error:
                 if conn.broken:
                     raise  # the store is unreachable: the caller hears it once
@@ -110,17 +113,25 @@ def declare_many(conn: psycopg.Connection[Any], table: Table, channel: str,
                 # key of its definition): nothing of it is written; each is declared alone,
                 # so that record's failure is its own.
                 alone += [digests[name][0] for name in pending]
+            else:
+                if lost and again:
+                    retried = declare_many(conn, table, channel, unreadable, declare,
+                                           [declarations[i] for i in lost], again=False)
+                    for i, retried_result in zip(lost, retried, strict=True):
+                        out[i] = retried_result
+                else:
+                    alone += lost
     finally:
         for name in digests:
             unreadable.written(name)
     alone.sort()
-    for i, alone_result in zip(alone, declare_each(declare, [declarations[i] for i in alone]),
-                               strict=True):
-        out[i] = alone_result
+    for i, result in zip(alone, declare_each(declare, [declarations[i] for i in alone]),
+                         strict=True):
+        out[i] = result
     answers: list[Declared | Exception] = []
-    for result in out:
-        assert result is not None  # each was answered above
-        answers.append(result)
+    for answer in out:
+        assert answer is not None  # each was answered above
+        answers.append(answer)
     return answers
 
 

@@ -276,3 +276,46 @@ def test_a_service_declares_in_batches_and_a_batch_refused_whole_one_by_one() ->
     finally:
         svc.shutdown()
         stored_jobs.SEEN.clear()
+
+
+def test_postgres_a_batch_another_process_inserted_meanwhile_is_read_again_as_a_batch(
+        pg_dsn: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """Two processes starting with the same schedules: the rows of a batch are inserted by
+    another session between this store's read (none there) and its write, which waits for
+    that session and then finds them taken. The batch is read again as a batch and judged
+    unchanged (a few round trips), not declared again one schedule at a time (4 each)."""
+    url = empty_store_url("postgresql", request, tmp_path)
+    batch = [(definition(f"s{k:04d}"), at(k)) for k in range(DECLARE_BATCH)]
+    first = open_store(url)
+    try:
+        _many(first).declare_many(batch)
+    finally:
+        first.close()
+    with psycopg.connect(url, autocommit=True) as other:
+        other.execute("CREATE TABLE saved AS SELECT * FROM executors_schedules")
+        other.execute("DELETE FROM executors_schedules")
+        other.execute("BEGIN")
+        other.execute("INSERT INTO executors_schedules SELECT * FROM saved")  # not committed
+        store = PostgresScheduleStore(url)
+        results: list[Declared | Exception] = []
+        trips: list[int] = []
+
+        def declare() -> None:
+            trips.append(_round_trips(store, tmp_path / "race.trace",
+                                      lambda: results.extend(store.declare_many(batch))))
+
+        thread = threading.Thread(target=declare)
+        try:
+            thread.start()
+            with psycopg.connect(url, autocommit=True) as watcher:
+                # The store's write waits for the other session's rows: commit them then.
+                wait_until(lambda: watcher.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                ).fetchone() == (1,), 10)
+            other.execute("COMMIT")
+            thread.join(30)
+        finally:
+            store.close()
+    assert not thread.is_alive()
+    assert {r.outcome for r in results} == {"unchanged"}, results  # type: ignore[union-attr]
+    assert trips[0] <= 10, trips
