@@ -172,9 +172,9 @@ class SupportsDeclareMany(Protocol):
 
         Raises:
             Exception: the batch failed as a whole (the store is unreachable, or refused a
-                write it cannot tell apart): nothing of it is written, and the caller may
-                declare each schedule alone (the service does), so that one bad
-                declaration fails only itself.
+                write it cannot tell apart): the caller may declare each schedule alone
+                (the service does), so that one bad declaration fails only itself; each
+                is judged again then, against whatever of the batch the store holds.
         """
 
 

@@ -146,7 +146,8 @@ def _read(conn: psycopg.Connection[Any], columns: str, names: list[str]
                         (names,))
             return {row[0]: row for row in cur.fetchall()}
     finally:
-        conn.autocommit = False
+        if not conn.closed:  # a lost connection is opened again, as it was
+            conn.autocommit = False
 
 
 def _write(conn: psycopg.Connection[Any], table: Table, channel: str,
