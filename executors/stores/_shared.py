@@ -221,11 +221,11 @@ def declaration(definition: ScheduleDefinition, old: ScheduleRecord | None,
         return Declared(old, "unchanged")
     next_fire = first_fire()
     if old is not None:
-        return Declared(redeclared(old, definition, next_fire), "changed")
+        return Declared(redeclared(old, definition, next_fire, digest=digest), "changed")
     if unreadable:
-        return Declared(replacing(definition, next_fire, stored_version), "replaced",
-                        unreadable)
-    return Declared(new_record(definition, next_fire), "added")
+        return Declared(replacing(definition, next_fire, stored_version, digest=digest),
+                        "replaced", unreadable)
+    return Declared(new_record(definition, next_fire, digest=digest), "added")
 
 
 def declare_each(declare: Callable[[ScheduleDefinition, Callable[[dt.datetime],
