@@ -60,7 +60,7 @@ from ._shared import (
     giving_back,
     rewrite,
 )
-from ._sqlite_declare import declare_all, declare_in
+from ._sqlite_declare import all_unchanged, declare_all, declare_in
 from ._sqlite_files import connect_read_only, open_file, unopenable
 from ._sqlite_sql import (
     CHANGED_INDEX,
@@ -332,9 +332,13 @@ class SQLiteScheduleStore:
     def declare_many(self, declarations: Sequence[tuple[
             ScheduleDefinition, Callable[[dt.datetime], dt.datetime | None]]]
                      ) -> list[Declared | Exception]:
-        """`SupportsDeclareMany`: the batch in one write transaction, each schedule alone
-        in it (`_sqlite_declare.declare_all`)."""
+        """`SupportsDeclareMany`: one read, and an unchanged batch takes no write lock
+        (`_sqlite_declare.all_unchanged`); else the batch in one write transaction, each
+        schedule alone in it (`_sqlite_declare.declare_all`)."""
         try:
+            kept = all_unchanged(self._conn(), declarations, self._decode)
+            if kept is not None:
+                return kept
             with self._write() as conn:
                 return declare_all(conn, declarations, self._read, self._put)
         finally:

@@ -25,6 +25,7 @@ from executors.stores import (
     MemoryStore,
     ScheduleDefinition,
     ScheduleStore,
+    SQLiteScheduleStore,
     SupportsDeclareMany,
     offered,
     open_store,
@@ -319,3 +320,28 @@ def test_postgres_a_batch_another_process_inserted_meanwhile_is_read_again_as_a_
     assert not thread.is_alive()
     assert {r.outcome for r in results} == {"unchanged"}, results  # type: ignore[union-attr]
     assert trips[0] <= 10, trips
+
+
+def test_sqlite_an_unchanged_batch_takes_no_write_lock(tmp_path: Path) -> None:
+    """A batch the file holds as declared (a process starting again) is answered unchanged
+    from one read, while another connection holds the file's write lock: it neither waits
+    for that lock nor takes it. A batch with one new schedule does need it (and times out
+    here, the lock still held)."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    batch = [(definition(f"s{k}"), at(k)) for k in range(3)]
+    first = open_store(url)
+    try:
+        _many(first).declare_many(batch)
+    finally:
+        first.close()
+    store = SQLiteScheduleStore(sqlite_path(url), busy_timeout=0.2)
+    try:
+        with contextlib.closing(sqlite3.connect(sqlite_path(url), isolation_level=None)) as conn:
+            conn.execute("BEGIN IMMEDIATE")  # the write lock, held
+            results = store.declare_many(batch)
+            assert [getattr(r, "outcome", r) for r in results] == ["unchanged"] * 3
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                store.declare_many([*batch, (definition("new"), at(9))])
+            conn.execute("ROLLBACK")
+    finally:
+        store.close()
