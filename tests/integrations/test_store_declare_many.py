@@ -345,3 +345,26 @@ def test_sqlite_an_unchanged_batch_takes_no_write_lock(tmp_path: Path) -> None:
             conn.execute("ROLLBACK")
     finally:
         store.close()
+
+
+def test_postgres_a_batch_notifies_once_and_an_unchanged_one_not_at_all(
+        pg_dsn: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """Other processes hear of a written batch once (one ``pg_notify`` for its 3 new
+    schedules, not 3), and of an unchanged batch not at all; the pause after them is the
+    next notification heard."""
+    store = PostgresScheduleStore(empty_store_url("postgresql", request, tmp_path))
+    batch = [(definition(f"s{k}"), at(k)) for k in range(3)]
+    try:
+        with psycopg.connect(store._url, autocommit=True) as listen:
+            listen.execute(f'LISTEN "{store.channel}"')
+            store.declare_many(batch)
+            store.declare_many(batch)  # unchanged
+            assert store.set_paused("s1", True)
+            payloads: list[str] = []
+            for notify in listen.notifies(timeout=10):
+                payloads.append(notify.payload)
+                if notify.payload == "s1":
+                    break
+    finally:
+        store.close()
+    assert payloads == ["", "s1"]
