@@ -296,10 +296,8 @@ class BackgroundService:
             scheduler.start()
         loop = self._store
         if loop is not None:
-            for job in list(self._jobs.values()):
-                link = job._stored
-                if link is not None and not job._cancelled:
-                    loop.declare(link.definition, job)
+            loop.declare_all([(job._stored.definition, job) for job in list(self._jobs.values())
+                              if job._stored is not None and not job._cancelled])
             loop.start()
         for job in list(self._jobs.values()):
             if job._executor is not None and not (job._paused or job._cancelled):

@@ -184,9 +184,11 @@ def _restart_with(db: str, *, services: int, policy: str) -> list[ServiceEvent]:
     try:
         # The counters are written by the claim, and its RunMissed is emitted just after it:
         # wait for both (a shutdown between the two drops the event: a dispatcher not yet
-        # started does not start once the service is closing).
+        # started does not start once the service is closing), and for the claimed run to
+        # be over (a shutdown before it starts gives it back, unrun).
         wait_until(lambda: (r := store.get("minutely")) is not None and
-                   r.counters["missed"] + r.counters["runs"] >= 180 and bool(events), 10)
+                   r.counters["missed"] + r.counters["runs"] >= 180 and bool(events)
+                   and r.running_fire is None, 10)
     finally:
         for svc in svcs:
             svc.shutdown()

@@ -64,7 +64,7 @@ from .schedule_data import (
     target_of,
 )
 from .store_calls import WatchedStore
-from .stored_declare import declare_now, retry_all, serve_declarations
+from .stored_declare import declare_many, retry_all, serve_declarations
 from .stored_failing import FailingTable
 from .stored_faults import OwnRunsFirst, finish, on_crash
 from .stored_plan import UNWATCHED_AFTER, LoopPlanner
@@ -215,21 +215,30 @@ class StoreLoop:
     def declare(self, definition: ScheduleDefinition, job: Job) -> None:
         """Declare now if the store takes it; else the loop tries it again on its own backoff
         (`executors._service.stored_declare`), the other schedules served meanwhile."""
+        self.declare_all([(definition, job)])
+
+    def declare_all(self, declared: list[tuple[ScheduleDefinition, Job]]) -> None:
+        """`declare` for each of `declared` (a service's start), in batches where the store
+        declares many at once (`stored_declare.declare_many`): each failure its own."""
         with self.lock:
-            self.jobs[definition.name] = job
+            for definition, job in declared:
+                self.jobs[definition.name] = job
             self.trust.renamed = True
         now = self.scheduler.clock.monotonic()
-        try:
-            declare_now(self, definition, job)
-        except Exception as exc:
-            with self.lock:
-                self.to_declare[definition.name] = (definition, job)
-            self.declaring.failed(definition.name, exc, now)
+        failed = False
+        for (definition, job), error in zip(declared, declare_many(self, declared),
+                                            strict=True):
+            if error is not None:
+                with self.lock:
+                    self.to_declare[definition.name] = (definition, job)
+                self.declaring.failed(definition.name, error, now)
+                failed = True
+            else:
+                with self.lock:  # this declaration supersedes one still waiting
+                    self.to_declare.pop(definition.name, None)
+                self.declaring.succeeded(definition.name)
+        if failed:
             self.nudge()
-        else:
-            with self.lock:  # this declaration supersedes one still waiting
-                self.to_declare.pop(definition.name, None)
-            self.declaring.succeeded(definition.name)
 
     def declare_later(self, definition: ScheduleDefinition, job: Job) -> None:
         """Declare at the loop's next pass (a decorator's name is not bound yet: see

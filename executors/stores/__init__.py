@@ -89,6 +89,7 @@ from ._protocol import ScheduleStore as ScheduleStore
 from ._protocol import SupportsChangedSince as SupportsChangedSince
 from ._protocol import SupportsCompleteAndClaim as SupportsCompleteAndClaim
 from ._protocol import SupportsCompleteMany as SupportsCompleteMany
+from ._protocol import SupportsDeclareMany as SupportsDeclareMany
 from ._protocol import SupportsInterrupt as SupportsInterrupt
 from ._protocol import SupportsLost as SupportsLost
 from ._protocol import SupportsWatch as SupportsWatch
@@ -114,6 +115,7 @@ from ._shared import ThreadConnections as ThreadConnections
 from ._shared import changing as changing
 from ._shared import check_format as check_format
 from ._shared import declaration as declaration
+from ._shared import declare_each as declare_each
 from ._shared import finishing as finishing
 from ._shared import giving_back as giving_back
 from ._shared import no_store as no_store
@@ -144,6 +146,7 @@ __all__ = (
     "Declared",
     "ScheduleStore",
     "SupportsWatch",
+    "SupportsDeclareMany",
     "SupportsCompleteMany",
     "SupportsCompleteAndClaim",
     "SupportsChangedSince",
@@ -188,6 +191,7 @@ __all__ = (
     "changing",
     "rewrite",
     "declaration",
+    "declare_each",
     "MemoryStore",
     "SQLiteScheduleStore",
     "sqlite_path",

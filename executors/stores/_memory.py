@@ -11,7 +11,7 @@ import dataclasses
 import datetime as dt
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import final
 
 from ._claimable import Claimable
@@ -24,7 +24,7 @@ from ._records import (
     ScheduleDefinition,
     ScheduleRecord,
 )
-from ._shared import Step, changing, declaration, giving_back, rewrite
+from ._shared import Step, changing, declaration, declare_each, giving_back, rewrite
 from ._transitions import earliest_due, finish_claim, holds, settle_claim
 
 __all__ = ("MemoryStore",)
@@ -57,6 +57,12 @@ class MemoryStore:
             declared = declaration(definition, old, lambda: first_fire(self.now()))
             self._records[definition.name] = declared.record
             return declared
+
+    def declare_many(self, declarations: Sequence[tuple[
+            ScheduleDefinition, Callable[[dt.datetime], dt.datetime | None]]]
+                     ) -> list[Declared | Exception]:
+        """`SupportsDeclareMany`: each as `declare` (a dict write: nothing to batch)."""
+        return declare_each(self.declare, declarations)
 
     def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
               on_crash: Callable[[ScheduleRecord], OnCrash],

@@ -15,7 +15,7 @@ import datetime as dt
 import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar, final
 
 from executors._urls import redact, scrub
@@ -50,6 +50,7 @@ __all__ = (
     "changing",
     "rewrite",
     "declaration",
+    "declare_each",
 )
 
 C = TypeVar("C")
@@ -220,8 +221,36 @@ def declaration(definition: ScheduleDefinition, old: ScheduleRecord | None,
         return Declared(old, "unchanged")
     next_fire = first_fire()
     if old is not None:
-        return Declared(redeclared(old, definition, next_fire), "changed")
+        return Declared(redeclared(old, definition, next_fire, digest=digest), "changed")
     if unreadable:
-        return Declared(replacing(definition, next_fire, stored_version), "replaced",
-                        unreadable)
-    return Declared(new_record(definition, next_fire), "added")
+        return Declared(replacing(definition, next_fire, stored_version, digest=digest),
+                        "replaced", unreadable)
+    return Declared(new_record(definition, next_fire, digest=digest), "added")
+
+
+def declare_each(declare: Callable[[ScheduleDefinition, Callable[[dt.datetime],
+                                                                  dt.datetime | None]], Declared],
+                 declarations: Sequence[tuple[ScheduleDefinition,
+                                              Callable[[dt.datetime], dt.datetime | None]]]
+                 ) -> list[Declared | Exception]:
+    """`declare` (a store's ``declare``) called for each ``(definition, first_fire)`` on its
+    own, each answer or exception kept apart: what ``declare_many`` answers
+    (`SupportsDeclareMany`) for a store with no faster way, or for the part of a batch that
+    must be declared alone (a batch a store refused as a whole: one bad declaration then
+    fails only itself).
+
+    Example:
+        >>> from executors.stores import MemoryStore, ScheduleDefinition
+        >>> good = ScheduleDefinition("good", {"type": "date"}, "m:f")
+        >>> bad = ScheduleDefinition("bad", {"type": "date"}, "m:f", [float("nan")])
+        >>> [getattr(r, "outcome", type(r).__name__) for r in declare_each(
+        ...     MemoryStore().declare, [(good, lambda now: now), (bad, lambda now: now)])]
+        ['added', 'ValueError']
+    """
+    out: list[Declared | Exception] = []
+    for definition, first_fire in declarations:
+        try:
+            out.append(declare(definition, first_fire))
+        except Exception as exc:  # that schedule's failure alone: the others are declared
+            out.append(exc)
+    return out

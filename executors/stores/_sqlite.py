@@ -31,7 +31,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, final
 
@@ -56,10 +56,10 @@ from ._shared import (
     ThreadConnections,
     changing,
     check_format,
-    declaration,
     giving_back,
     rewrite,
 )
+from ._sqlite_declare import all_unchanged, declare_all, declare_in
 from ._sqlite_files import connect_read_only, open_file, unopenable
 from ._sqlite_sql import (
     CHANGED_INDEX,
@@ -325,23 +325,24 @@ class SQLiteScheduleStore:
 
     def declare(self, definition: ScheduleDefinition,
                 first_fire: Callable[[dt.datetime], dt.datetime | None]) -> Declared:
-        name = definition.name
-        with self._unreadable.writing(name), self._write() as conn:
-            stored: object = None
-            try:
-                old, unreadable = self._read(conn, name), ""
-            except StoreFormatError as exc:
-                # Written over inside this write transaction: no other writer in between.
-                (stored,) = conn.execute(
-                    "SELECT version FROM executors_schedules WHERE name = ?", (name,)).fetchone()
-                old, unreadable = None, str(exc)
-            declared = declaration(definition, old, lambda: first_fire(self._now(conn)),
-                                   unreadable=unreadable, stored_version=stored)
-            if declared.outcome == "replaced":
-                conn.execute("DELETE FROM executors_schedules WHERE name = ?", (name,))
-            if declared.outcome != "unchanged":
-                self._put(conn, declared.record, None if old is None else old.version)
-            return declared
+        with self._unreadable.writing(definition.name), self._write() as conn:
+            return declare_in(conn, definition, first_fire, self._read, self._put)
+
+    def declare_many(self, declarations: Sequence[tuple[
+            ScheduleDefinition, Callable[[dt.datetime], dt.datetime | None]]]
+                     ) -> list[Declared | Exception]:
+        """`SupportsDeclareMany`: one read, and an unchanged batch takes no write lock
+        (`_sqlite_declare.all_unchanged`); else the batch in one write transaction, each
+        schedule alone in it (`_sqlite_declare.declare_all`)."""
+        try:
+            kept = all_unchanged(self._conn(), declarations, self._decode)
+            if kept is not None:
+                return kept
+            with self._write() as conn:
+                return declare_all(conn, declarations, self._read, self._put)
+        finally:
+            for definition, _ in declarations:
+                self._unreadable.written(definition.name)
 
     @staticmethod
     def _now(conn: sqlite3.Connection) -> dt.datetime:

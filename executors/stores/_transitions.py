@@ -36,30 +36,32 @@ _COUNTERS = ("runs", "failures", "missed", "lost", "lease_lost")
 
 
 def new_record(definition: ScheduleDefinition, next_fire: dt.datetime | None,
-               version: int = 1) -> ScheduleRecord:
-    """The record of a schedule just added: not paused, no run yet, counters at zero."""
-    return ScheduleRecord(definition, definition.digest(), False, next_fire, version, None,
-                          None, None, 0, dict.fromkeys(_COUNTERS, 0), None, None)
+               version: int = 1, *, digest: str | None = None) -> ScheduleRecord:
+    """The record of a schedule just added: not paused, no run yet, counters at zero.
+    `digest`: `definition`'s, when the caller computed it already."""
+    return ScheduleRecord(definition, digest or definition.digest(), False, next_fire, version,
+                          None, None, None, 0, dict.fromkeys(_COUNTERS, 0), None, None)
 
 
 def replacing(definition: ScheduleDefinition, next_fire: dt.datetime | None,
-              stored_version: object) -> ScheduleRecord:
+              stored_version: object, *, digest: str | None = None) -> ScheduleRecord:
     """The record a declaration writes over an unreadable one: new, at a version above the
-    stored one when that is readable (a claim made on the old version cannot match)."""
+    stored one when that is readable (a claim made on the old version cannot match).
+    `digest`: as `new_record`'s."""
     old = stored_version if isinstance(stored_version, int) and stored_version > 0 else 0
-    return new_record(definition, next_fire, version=old + 1)
+    return new_record(definition, next_fire, version=old + 1, digest=digest)
 
 
 def redeclared(old: ScheduleRecord, definition: ScheduleDefinition,
-               next_fire: dt.datetime | None) -> ScheduleRecord:
+               next_fire: dt.datetime | None, *, digest: str | None = None) -> ScheduleRecord:
     """The record of a changed declaration: the new definition and next fire time, the old
     record's pause, counters and run in progress, and the next version. When the trigger is
     the stored one (arguments or policies changed, or a record rewritten in the store
     repaired) the stored next fire time is kept: a due or overdue fire time is not dropped
-    unseen."""
+    unseen. `digest`: as `new_record`'s."""
     if old.definition.trigger == definition.trigger:
         next_fire = old.next_fire
-    return dataclasses.replace(old, definition=definition, digest=definition.digest(),
+    return dataclasses.replace(old, definition=definition, digest=digest or definition.digest(),
                                next_fire=next_fire, version=old.version + 1)
 
 

@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, final
 
@@ -51,18 +50,21 @@ from executors.stores import (
     from_epoch,
     giving_back,
     no_store,
-    record_fields,
-    record_from_fields,
     redact_url,
     rewrite,
     scrub_url,
     settle_claim,
-    to_epoch,
 )
 
 from .postgres_changes import REMOVED, read_changes
 from .postgres_connections import Listener, connect, cut
+from .postgres_declare import Table, declare_many
 from .postgres_owners import OwnerLocks
+from .postgres_rows import COLUMNS as _COLUMNS
+from .postgres_rows import READ as _READ
+from .postgres_rows import Definitions
+from .postgres_rows import encode as _encode
+from .postgres_rows import encode_claimed as _encode_claimed
 
 __all__ = ("PostgresScheduleStore",)
 
@@ -113,11 +115,6 @@ _IS_STORE = ("SELECT to_regclass('executors_schedules') IS NOT NULL "
 _CHANNEL = "SELECT 'executors_schedules'::regclass::oid"
 # The server's clock, in epoch seconds rounded to the microsecond (as instants are here).
 _NOW = "round(extract(epoch from now())::numeric, 6)::double precision"
-_COLUMNS = ("name, definition, digest, paused, next_fire, version, owner, lease_until, "
-            "running_fire, attempt, state, claim_token")
-# What a read selects: `_COLUMNS`, the definition as its text (`_Definitions` decodes a text
-# it has not seen).
-_READ = _COLUMNS.replace("definition,", "definition::text AS definition,", 1)
 # Conditional writes of many rows in one statement: each row is written if its version is
 # still the one read. The rows travel as one array per column (``unnest``), so the statement's
 # text is the same whatever the batch's size (prepared once; a ``VALUES`` list of N rows would
@@ -201,58 +198,6 @@ _ALLOWED = (" OR definition->>'target' = ANY(%s::text[]) "
             "OR split_part(definition->>'target', ':', 1) = ANY(%s::text[])")
 
 
-class _Definitions:
-    """The definitions this store decoded, by name, each with the stored text it came from:
-    a record read again with the same text reuses its decoded definition (keyed by the data
-    itself, not by the digest its writer wrote). A claim reads every record it takes, and
-    most are read again unchanged, run after run."""
-
-    __slots__ = ("known",)
-
-    def __init__(self) -> None:
-        self.known: dict[str, tuple[str, ScheduleDefinition]] = {}
-
-    def decode(self, row: tuple[Any, ...]) -> ScheduleRecord:
-        """The record of `row` (`_READ`'s columns, the definition as text)."""
-        name, text = row[0], row[1]
-        known = self.known.get(name)
-        definition = known[1] if known is not None and known[0] == text else json.loads(text)
-        state = row[10] if isinstance(row[10], dict) else {}
-        record = record_from_fields({
-            "name": name, "definition": definition, "digest": row[2], "paused": row[3],
-            "next_fire": row[4], "version": row[5], "owner": row[6], "lease_until": row[7],
-            "running_fire": row[8], "attempt": row[9], "claim_token": row[11], **state})
-        if known is None or known[1] is not record.definition:
-            self.known[name] = (text, record.definition)  # one dict write: no lock needed
-        return record
-
-
-def _state(record: ScheduleRecord) -> str:
-    # The last run's owner is kept with the last run, in the state: no column to add, and a
-    # record written before it was kept reads None.
-    last_fire = record.last_fire
-    return json.dumps({"counters": dict(record.counters), "last_result": record.last_result,
-                       "last_fire": None if last_fire is None else to_epoch(last_fire),
-                       "last_owner": record.last_owner})
-
-
-def _encode(record: ScheduleRecord) -> tuple[object, ...]:
-    f = record_fields(record)
-    return (f["name"], json.dumps(f["definition"]), f["digest"], record.paused, f["next_fire"],
-            f["version"], f["owner"], f["lease_until"], f["running_fire"], f["attempt"],
-            _state(record), f["claim_token"])
-
-
-def _encode_claimed(record: ScheduleRecord) -> tuple[object, ...]:
-    """What a claim changes in a record, in ``_CLAIM_WRITE``'s order (the definition, which
-    it does not change, is not encoded)."""
-    lease_until, running_fire = record.lease_until, record.running_fire
-    return (record.name, None if record.next_fire is None else to_epoch(record.next_fire),
-            record.version, record.owner, None if lease_until is None else to_epoch(lease_until),
-            None if running_fire is None else to_epoch(running_fire), record.attempt,
-            _state(record), record.claim_token)
-
-
 def _opening_error(exc: psycopg.Error, url: str, shown: str) -> Exception:
     """The documented error of a failed opening: libpq's message (which spans lines, and may
     quote a part of the URL: a password cut by its parser too) scrubbed of the URL's secrets."""
@@ -291,7 +236,9 @@ class PostgresScheduleStore:
         self._listeners: list[Listener] = []
         self._unreadable = Unreadable()
         self._owners = OwnerLocks()
-        self._definitions = _Definitions()
+        self._definitions = Definitions()
+        # What a batch declaration (`postgres_declare`) reads and writes of the table.
+        self._table = Table(_COLUMNS, _READ, self._definitions.decode, _encode, _NOW)
         failure: Exception | None = None
         oid = row = None
         try:
@@ -408,6 +355,15 @@ class PostgresScheduleStore:
             else:
                 self._write(cur, [(declared.record, old.version)])
             return declared
+
+    def declare_many(self, declarations: Sequence[tuple[
+            ScheduleDefinition, Callable[[dt.datetime], dt.datetime | None]]]
+                     ) -> list[Declared | Exception]:
+        """`SupportsDeclareMany`: one statement reads the batch's rows, and an unchanged
+        batch costs nothing more; the others are written in one transaction with one
+        notification (`postgres_declare`)."""
+        return declare_many(self._conn(), self._table, self.channel, self._unreadable, self.declare,
+                            declarations)
 
     def claim(self, owner: str, *, lease: float, limit: int, planner: Planner,
               on_crash: Callable[[ScheduleRecord], OnCrash],

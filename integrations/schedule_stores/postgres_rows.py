@@ -1,0 +1,77 @@
+"""How a schedule record is a row of the PostgreSQL store's table, and back: the columns,
+the encoders of a whole record and of what a claim changes, and the decoder that keeps the
+definitions it decoded (`Definitions`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from executors.stores import (
+    ScheduleDefinition,
+    ScheduleRecord,
+    record_fields,
+    record_from_fields,
+    to_epoch,
+)
+
+__all__ = ("COLUMNS", "READ", "Definitions", "encode", "encode_claimed")
+
+#: The table's columns, in the order `encode` writes them.
+COLUMNS = ("name, definition, digest, paused, next_fire, version, owner, lease_until, "
+            "running_fire, attempt, state, claim_token")
+#: What a read selects: `COLUMNS`, the definition as its text (`Definitions` decodes a text
+# it has not seen).
+READ = COLUMNS.replace("definition,", "definition::text AS definition,", 1)
+
+
+class Definitions:
+    """The definitions this store decoded, by name, each with the stored text it came from:
+    a record read again with the same text reuses its decoded definition (keyed by the data
+    itself, not by the digest its writer wrote). A claim reads every record it takes, and
+    most are read again unchanged, run after run."""
+
+    __slots__ = ("known",)
+
+    def __init__(self) -> None:
+        self.known: dict[str, tuple[str, ScheduleDefinition]] = {}
+
+    def decode(self, row: tuple[Any, ...]) -> ScheduleRecord:
+        """The record of `row` (`READ`'s columns, the definition as text)."""
+        name, text = row[0], row[1]
+        known = self.known.get(name)
+        definition = known[1] if known is not None and known[0] == text else json.loads(text)
+        state = row[10] if isinstance(row[10], dict) else {}
+        record = record_from_fields({
+            "name": name, "definition": definition, "digest": row[2], "paused": row[3],
+            "next_fire": row[4], "version": row[5], "owner": row[6], "lease_until": row[7],
+            "running_fire": row[8], "attempt": row[9], "claim_token": row[11], **state})
+        if known is None or known[1] is not record.definition:
+            self.known[name] = (text, record.definition)  # one dict write: no lock needed
+        return record
+
+
+def _state_json(record: ScheduleRecord) -> str:
+    # The last run's owner is kept with the last run, in the state: no column to add, and a
+    # record written before it was kept reads None.
+    last_fire = record.last_fire
+    return json.dumps({"counters": dict(record.counters), "last_result": record.last_result,
+                       "last_fire": None if last_fire is None else to_epoch(last_fire),
+                       "last_owner": record.last_owner})
+
+
+def encode(record: ScheduleRecord) -> tuple[object, ...]:
+    f = record_fields(record)
+    return (f["name"], json.dumps(f["definition"]), f["digest"], record.paused, f["next_fire"],
+            f["version"], f["owner"], f["lease_until"], f["running_fire"], f["attempt"],
+            _state_json(record), f["claim_token"])
+
+
+def encode_claimed(record: ScheduleRecord) -> tuple[object, ...]:
+    """What a claim changes in a record, in ``_CLAIM_WRITE``'s order (the definition, which
+    it does not change, is not encoded)."""
+    lease_until, running_fire = record.lease_until, record.running_fire
+    return (record.name, None if record.next_fire is None else to_epoch(record.next_fire),
+            record.version, record.owner, None if lease_until is None else to_epoch(lease_until),
+            None if running_fire is None else to_epoch(running_fire), record.attempt,
+            _state_json(record), record.claim_token)
