@@ -80,8 +80,7 @@ def test_a_blocked_snapshot_delays_no_claim_and_no_renewal(store: SlowRecords) -
         svc.schedule(Interval(0.2), stored_jobs.seen, "fast", name="fast")
         svc.schedule(Interval(0.2), stored_jobs.hold, str(Path(tmp) / "log"), 1.5,
                      name="long")
-        svc.status()  # the first read: asked for, and blocked
-        assert store.blocked.wait(10)
+        assert store.blocked.wait(10)  # the first read, at start, is blocked
         wait_until(lambda: store.renewals >= 3, 10)
         runs = len(stored_jobs.SEEN)
         wait_until(lambda: len(stored_jobs.SEEN) >= runs + 5, 10)
@@ -97,8 +96,7 @@ def test_a_copy_read_before_a_claim_and_a_pause_does_not_undo_them(
     when it ends."""
     svc = BackgroundService(store=store)
     job = svc.schedule(Interval(0.2), stored_jobs.seen, "fast", name="fast")
-    with svc:  # declared at start: the first read, asked for now, has it
-        svc.status()
+    with svc:  # declared at start: the first read has it
         assert store.blocked.wait(10)
         wait_until(lambda: len(stored_jobs.SEEN) >= 3, 10)
         job.pause()
@@ -121,7 +119,6 @@ def test_shutdown_interrupts_a_blocked_snapshot_read_and_leaves_no_thread(
     store.interrupt = lambda: store.allow(1_000_000)  # type: ignore[method-assign,attr-defined]
     svc = BackgroundService(store=store).start()
     svc.schedule(Interval(0.2), stored_jobs.seen, "fast", name="fast")
-    svc.status()  # asks for the read that hangs
     assert store.blocked.wait(10)
     report = svc.shutdown(timeout=2)
     assert report.completed and 0.9 < report.elapsed < 2.5, report
@@ -135,7 +132,6 @@ def test_shutdown_reports_a_snapshot_read_it_could_not_interrupt(store: SlowReco
     before = set(threading.enumerate())
     svc = BackgroundService(store=store).start()
     svc.schedule(Interval(0.2), stored_jobs.seen, "fast", name="fast")
-    svc.status()  # asks for the read that hangs
     assert store.blocked.wait(10)
     began = time.monotonic()
     report = svc.shutdown(timeout=2)
@@ -199,23 +195,6 @@ def test_the_copy_behind_status_keeps_rows_not_the_store_records(
         assert len(again) == 1 and again[0] is first[0]
 
 
-def test_a_service_nobody_asks_status_of_reads_no_copy_of_the_store(
-        store: SlowRecords) -> None:
-    """The copy behind status() is read once status() is asked for, not at start: a service
-    serving 10,000 PostgreSQL schedules grew by some 55 MB of resident memory from that one
-    read, which nothing used. The first status() wakes the loop for it (a loop sleeping until
-    an hourly fire time does not keep it waiting), and the copy then lists the schedules."""
-    store.allow(1_000_000)
-    with BackgroundService(store=store) as svc:
-        svc.schedule(Interval(3600), stored_jobs.seen, "hourly", name="hourly")
-        job = svc.schedule(Interval(3600), stored_jobs.seen, "other", name="other")
-        wait_until(lambda: job.next_fire is not None, 10)
-        job.pause()  # a change made here: still no reader
-        wait_until(lambda: store.get("other").paused, 10)  # type: ignore[union-attr]
-        assert store.reads == 0 and not _snapshot_threads()
-        wait_until(lambda: _names(svc) == {"hourly", "other"}, 10)
-        assert store.reads >= 1
-
 def test_status_describes_a_schedule_whose_trigger_another_process_changed_anew(
         tmp_path: Path) -> None:
     """The copy behind `status()` keeps a schedule's trigger description while its trigger
@@ -236,6 +215,6 @@ def test_status_describes_a_schedule_whose_trigger_another_process_changed_anew(
         with BackgroundService("b", store=db) as svc:
             svc.schedule(Interval(120), stored_jobs.seen, name="x")
             wait_until(lambda: listed(watcher)[0][1] != hourly, 15)
-            # b's own copy is read once asked for (not at start): the same description.
+            # b's own copy: the same description.
             wait_until(lambda: listed(svc) == listed(watcher), 15)
         assert "3600" in hourly or "1h" in hourly or "hour" in hourly, hourly

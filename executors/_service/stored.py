@@ -273,8 +273,7 @@ class StoreLoop:
 
     def status(self) -> StoreStatus:
         snapshots = self.snapshots
-        if snapshots.asked():  # the loop refreshes the copy (at most every SNAPSHOT_EVERY)
-            self.nudge()  # the first copy is read now, not at the loop's next fire time
+        snapshots.wanted = True  # the loop refreshes the copy (at most every SNAPSHOT_EVERY)
         with self.lock:
             snapshot = snapshots.rows()
             failing = tuple(sorted((n, f.error) for n, f in self.declaring.items()))

@@ -1,17 +1,13 @@
 """The copy of a store's records behind `status()`, kept by the store loop's snapshot thread.
 
 The store loop (`executors._service.stored`) never reads the whole store itself: reading
-100,000 records takes seconds, and claims and lease renewals must not wait for it. Once
-`status()` has been asked for (or with ``serve=``, whose refusals the copy finds), when it is
-being asked for (or a change was reported), the loop asks this module's **snapshot thread**
-(one per service, started at the first read) to bring the copy up to date:
+100,000 records takes seconds, and claims and lease renewals must not wait for it. When
+`status()` is being asked for (or a change was reported), the loop asks this module's
+**snapshot thread** (one per service, started at the first read) to bring the copy up to date:
 at most every `SNAPSHOT_EVERY`, and at most 5 % of the time (the next read waits 20 times the
 last one's duration). A store that can say what changed since a mark (the SQLite store's
 `changed_since`) is read for the changes only, and whole every `WHOLE_EVERY`; any other store
 is read whole each time.
-
-A service nobody asks `status()` of reads nothing: one whole read of 10,000 PostgreSQL
-records peaks at some 50 MB of Python objects, which stay the process's resident memory.
 
 A job's state shown from the copy (next fire time, pause) never overwrites fresher state the
 loop wrote meanwhile: the loop counts its own refreshes of each job (`Snapshots.touch`), and a
@@ -79,7 +75,7 @@ class Snapshots:
 
     __slots__ = ("at", "broken", "copy", "corrupt", "floor", "listed", "loop", "mark",
                  "read_now", "reader", "reader_done", "reader_releases", "reader_stop",
-                 "reading", "relist", "touched", "touches", "wanted", "watched", "whole_at")
+                 "reading", "relist", "touched", "touches", "wanted", "whole_at")
 
     def __init__(self, loop: SnapshotLoop) -> None:
         self.loop = loop
@@ -94,7 +90,6 @@ class Snapshots:
         self.touches = 0
         self.touched: dict[str, int] = {}
         self.wanted = True  # status() was asked since the last refresh (or none was made)
-        self.watched = False  # status() was ever asked (or refusals need the copy): read then
         # The copy behind `copy`: name -> (the digest of the record's definition, the row);
         # `mark` is the store's change mark of the copy, None for a whole read. Not the
         # record itself: ten thousand decoded records weigh some 30 MB, their rows a few.
@@ -138,22 +133,15 @@ class Snapshots:
         """The loop's pass: ask for a refresh if one is wanted and due (`refusals`: the copy
         is what finds the records an allowlist refuses, so it is always wanted)."""
         if refusals:
-            self.wanted = self.watched = True
-        if self.wanted and self.watched and now >= self.at and not self.reading:
+            self.wanted = True
+        if self.wanted and now >= self.at and not self.reading:
             self.ask()
 
     def put_off(self, now: float) -> float:
         """How long the 5 % bound puts off a wanted refresh (+inf: none waits)."""
-        if self.wanted and self.watched and not self.reading and self.at > now:
+        if self.wanted and not self.reading and self.at > now:
             return self.at - now
         return math.inf
-
-    def asked(self) -> bool:
-        """`status()` is being asked for: refresh the copy at the loop's next pass (True the
-        first time: the loop, which may sleep until a fire time, is to be woken for it)."""
-        first = not self.watched
-        self.wanted = self.watched = True
-        return first
 
     def touch(self, name: str) -> None:
         """The loop refreshed job `name` (caller holds the lock): copies read before stay off.
