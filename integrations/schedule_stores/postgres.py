@@ -527,8 +527,7 @@ class PostgresScheduleStore:
         whole store when `mark` is None or a schedule was removed since: what a reader that
         keeps a copy of the store needs to bring it up to date (see `postgres_changes`: the
         rows are found by the transactions that wrote them; a few may be read again)."""
-        new_mark, whole, rows = read_changes(self._conn(), _READ, mark)
-        decoded = self._decode_all(rows)
+        new_mark, whole, decoded = read_changes(self._conn(), _READ, mark, self._decode_all)
         return Changes(new_mark, whole, [r for _, r in decoded if isinstance(r, ScheduleRecord)],
                        [(name, r) for name, r in decoded if isinstance(r, str)])
 

@@ -17,11 +17,16 @@ whole looks (the reader asks for one every so often, `mark=None`).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import psycopg
 
 __all__ = ("REMOVED", "read_changes")
+
+T = TypeVar("T")
+#: Rows fetched and decoded at a time.
+_BATCH = 500
 
 # Whether the transaction that wrote a row (``{xmin}``) is the mark's (``%s``) or later.
 _LATER = ("mod(mod(({xmin})::text::bigint - %s, 4294967296) + 4294967296, 4294967296) "
@@ -40,19 +45,26 @@ _CHANGED = ("SELECT {columns} FROM executors_schedules WHERE "
 _WHOLE = "SELECT {columns} FROM executors_schedules ORDER BY name"
 
 
-def read_changes(conn: psycopg.Connection[Any], columns: str, mark: int | None
-                 ) -> tuple[int, bool, list[tuple[Any, ...]]]:
-    """``(mark, whole, rows)``: the rows written since `mark` (all of them, `whole`, when
-    `mark` is None or a schedule was removed since), read in one snapshot
-    (``REPEATABLE READ``: the mark and the rows agree)."""
-    with conn.transaction(), conn.cursor() as cur:
-        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        cur.execute(_HEAD, (-1 if mark is None else mark,))
-        head = cur.fetchone()
+def read_changes(conn: psycopg.Connection[Any], columns: str, mark: int | None,
+                 decode: Callable[[list[tuple[Any, ...]]], list[T]]) -> tuple[int, bool, list[T]]:
+    """``(mark, whole, decoded)``: the rows written since `mark` (all of them, `whole`, when
+    `mark` is None or a schedule was removed since), read in one snapshot (``REPEATABLE
+    READ``: the mark and the rows agree), each batch of `_BATCH` rows decoded by `decode`
+    as it arrives (a server-side cursor): a whole read of a large store never holds all its
+    rows and all their records at once."""
+    out: list[T] = []
+    with conn.transaction():
+        with conn.cursor() as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            cur.execute(_HEAD, (-1 if mark is None else mark,))
+            head = cur.fetchone()
         assert head is not None
         whole = mark is None or bool(head[1])
-        if whole:
-            cur.execute(_WHOLE.format(columns=columns))
-        else:
-            cur.execute(_CHANGED.format(columns=columns), (mark,))
-        return int(head[0]), whole, cur.fetchall()
+        with conn.cursor(name="executors_changes") as rows:
+            if whole:
+                rows.execute(_WHOLE.format(columns=columns))
+            else:
+                rows.execute(_CHANGED.format(columns=columns), (mark,))
+            while batch := rows.fetchmany(_BATCH):
+                out += decode(batch)
+    return int(head[0]), whole, out
