@@ -815,6 +815,6 @@ def test_a_run_of_some_metrics_only_merges_them_into_the_results_file(
     results.mkdir()
     (results / "toy.json").write_text(json.dumps(merged))
     _bench_report.render_all(results, out, charts=False)
-    assert 'the 2 rows named with "beta" measured again in a later run' in (
+    assert 'the 2 rows named with "beta" measured in a later run' in (
         out / "toy.md").read_text()
     capsys.readouterr()

@@ -246,7 +246,7 @@ def _run_line(result: AreaResult) -> str:
     for partial in result.get("partial_runs", []):
         when = datetime.datetime.fromtimestamp(partial["started"], datetime.UTC)
         line += (f"; the {plural(len(partial['metrics']), 'row')} named with "
-                 f"\"{_md(partial['only'])}\" measured again in a later run "
+                 f"\"{_md(partial['only'])}\" measured in a later run "
                  f"({plural(partial['rounds'], 'round')}, Python {partial['python']}, "
                  f"{when:%Y-%m-%d %H:%M} UTC, {partial['seconds']:.0f} s)")
     return line
