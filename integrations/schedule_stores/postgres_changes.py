@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-__all__ = ("REMOVED", "read_changes")
+__all__ = ("read_changes",)
 
 T = TypeVar("T")
 #: Rows fetched and decoded at a time.

@@ -16,7 +16,7 @@ from executors.stores import (
     to_epoch,
 )
 
-__all__ = ("COLUMNS", "READ", "Definitions", "encode", "encode_claimed")
+__all__ = ("Definitions", "encode", "encode_claimed")
 
 #: The table's columns, in the order `encode` writes them.
 COLUMNS = ("name, definition, digest, paused, next_fire, version, owner, lease_until, "
