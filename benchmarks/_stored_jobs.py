@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import time
 
-from executors import current_run
-
 __all__ = ("APSCHEDULER_STARTS", "OURS_RUNS", "record_apscheduler", "record_ours", "reset")
 
 #: ours: ``(start, schedule name, nominal fire time)``, Unix seconds, one per run.
@@ -31,6 +29,9 @@ def reset() -> None:
 def record_ours() -> None:
     """A stored schedule's run: its start, name and the fire time it was claimed for."""
     start = time.time()
+    # Imported here: APScheduler's serving process imports this module, not this library.
+    from executors import current_run
+
     info = current_run()
     if info is not None and info.fire_time is not None:
         OURS_RUNS.append((start, info.name, info.fire_time.timestamp()))

@@ -5,16 +5,16 @@ Two workloads (`WORKLOADS`): **W1**, 1,000 schedules due every second (6-field
 k % 60, 167 runs due each second). Each runs on a throwaway PostgreSQL with 1 and 2 serving
 processes and on one SQLite file with 2 processes (`CONFIGS`).
 
-A **serving process** is spawned, declares every schedule of the workload and serves them:
-ours is ``BackgroundService(store=url)`` with ``svc.cron(expression, record_ours, tz="UTC",
-name=...)``, the target recording (start, name, the fire time it was claimed for). Peers:
-**pgqueuer** on the same PostgreSQL (``@pgq.schedule(name, "* * * * *")``: its cron has a
-minute's granularity, so both workloads are, for it, N schedules due at each minute; its run
-cannot see its fire time, which is the minute its claim moved ``next_run`` from) and
-**APScheduler 3** with its SQLAlchemyJobStore on the SQLite file, 1 process (it cannot share
-a store between processes), set up as `benchmarks.scheduler`'s stored rows set it up.
-APScheduler 4 is left out: it is the same distribution as APScheduler 3, and one environment
-holds one of them.
+A **serving process** (a program of its own, `benchmarks._stored_serve`) declares every schedule
+of the workload and serves them: ours is ``BackgroundService(store=url)`` with
+``svc.cron(expression, record_ours, tz="UTC", name=...)``, the target recording (start, name,
+the fire time it was claimed for). Peers: **pgqueuer** on the same PostgreSQL
+(``@pgq.schedule(name, "* * * * *")``: its cron has a minute's granularity, so both workloads
+are, for it, N schedules due at each minute; its run cannot see its fire time, which is the
+minute its claim moved ``next_run`` from) and **APScheduler 3** with its SQLAlchemyJobStore on
+the SQLite file, 1 process (it cannot share a store between processes), set up as
+`benchmarks.scheduler`'s stored rows set it up. APScheduler 4 is left out: it is the same
+distribution as APScheduler 3, and one environment holds one of them.
 
 The parent waits until every serving process is ready, lets a warm-up pass, then measures a
 window [w0, w1): the CPU time of each serving process and of PostgreSQL's processes (the
@@ -47,60 +47,22 @@ import collections
 import contextlib
 import dataclasses
 import json
-import logging
-import multiprocessing
 import os
+import select
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
-from benchmarks import _stored_jobs
 from benchmarks._harness import OURS, Metric
 from benchmarks._store_claims import _cpu_of, _server_cpu, _server_pids
+from benchmarks._stored_serve import APSCHEDULER, PGQUEUER, Workload, workloads
+
+_ROOT = Path(__file__).resolve().parents[1]
 
 __all__ = ("CONFIGS", "WORKLOADS", "Outcome", "Workload", "main", "run", "workload_metrics")
-
-PGQUEUER = "pgqueuer"
-APSCHEDULER = "APScheduler"
-#: The workers of each serving process of ours (the scheduler benchmark's).
-WORKERS = 4
-
-
-@dataclasses.dataclass(frozen=True)
-class Workload:
-    """N stored schedules; schedule k's seconds field is ``"*"`` or ``str(k % 60)``."""
-
-    key: str
-    schedules: int
-    every_second: bool
-
-    def second(self, k: int) -> str:
-        return "*" if self.every_second else str(k % 60)
-
-    def expression(self, k: int) -> str:
-        return f"{self.second(k)} * * * * *"
-
-    def due(self, w0: float, w1: float, *, minutely: bool = False) -> int:
-        """Fire times in [w0, w1): per whole second (ours, APScheduler), or N at each whole
-        minute (`minutely`: pgqueuer's granularity)."""
-        seconds = range(int(w0) + (w0 != int(w0)), int(w1) + (w1 != int(w1)))
-        if minutely:
-            return self.schedules * sum(1 for t in seconds if t % 60 == 0)
-        if self.every_second:
-            return self.schedules * len(seconds)
-        per_second = collections.Counter(k % 60 for k in range(self.schedules))
-        return sum(per_second[t % 60] for t in seconds)
-
-
-def workloads(quick: bool) -> dict[str, Workload]:
-    if quick:
-        return {"W1": Workload("W1", 20, True), "W2": Workload("W2", 120, False)}
-    return {"W1": Workload("W1", 1_000, True), "W2": Workload("W2", 10_000, False)}
-
 
 WORKLOADS = workloads(False)
 
@@ -172,91 +134,6 @@ def _rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def _serve_ours(url: str, workload: Workload, ready: Any, stop: Any, out: Any) -> None:
-    from executors import BackgroundService
-
-    logging.getLogger("executors.service").setLevel(logging.ERROR)
-    began = time.perf_counter()
-    svc = BackgroundService("bench-w", workers=WORKERS, store=url)
-    for k in range(workload.schedules):
-        svc.cron(workload.expression(k), _stored_jobs.record_ours, tz="UTC", name=f"s{k:05d}")
-    jobs = svc.jobs
-    svc.start()
-    # Ready: every schedule declared in the store and planned (its next fire time known).
-    deadline = time.monotonic() + 600
-    while any(job.next_fire is None for job in jobs) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    ready.put((os.getpid(), time.perf_counter() - began))
-    stop.wait()
-    svc.shutdown(30)
-    out.put(list(_stored_jobs.OURS_RUNS))
-
-
-#: pgqueuer's runs in this process: (start, name, fire time).
-_PGQ_RUNS: list[tuple[float, str, float]] = []
-
-
-def _pgq_target(name: str) -> Callable[[Any], Any]:
-    async def run(schedule: Any) -> None:
-        start = time.time()
-        # Its claim set next_run to the next whole minute (truncated to the second): the
-        # fire time it ran for is the minute before.
-        _PGQ_RUNS.append((start, name, round(schedule.next_run.timestamp() / 60) * 60 - 60))
-
-    return run
-
-
-def _serve_pgqueuer(url: str, workload: Workload, ready: Any, stop: Any, out: Any) -> None:
-    import asyncpg
-    from pgqueuer import PgQueuer
-
-    logging.getLogger("pgqueuer").setLevel(logging.ERROR)
-
-    async def main() -> None:
-        began = time.perf_counter()
-        conn = await asyncpg.connect(url)
-        pgq = PgQueuer.from_asyncpg_connection(conn)
-        for k in range(workload.schedules):
-            pgq.schedule(f"s{k:05d}", "* * * * *")(_pgq_target(f"s{k:05d}"))
-        queries = pgq.sm.queries
-        insert = queries.insert_schedule
-
-        async def inserted(*args: Any) -> Any:
-            # Its scheduler inserts every schedule before its first poll: ready then.
-            result = await insert(*args)
-            ready.put((os.getpid(), time.perf_counter() - began))
-            return result
-
-        queries.insert_schedule = inserted  # type: ignore[method-assign]
-        task = asyncio.create_task(pgq.sm.run())
-        await asyncio.get_running_loop().run_in_executor(None, stop.wait)
-        pgq.sm.shutdown.set()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 30)
-        await conn.close()
-
-    asyncio.run(main())
-    out.put(list(_PGQ_RUNS))
-
-
-def _serve_apscheduler(path: str, workload: Workload, ready: Any, stop: Any, out: Any) -> None:
-    from benchmarks.scheduler import StoredScenario, _stored_apscheduler, _StoredRuns
-
-    class Scenario(StoredScenario):
-        def fields(self, k: int) -> tuple[str, str]:
-            return workload.second(k), "*"
-
-    began = time.perf_counter()
-    runs = _StoredRuns()
-    teardown, finish = _stored_apscheduler(Scenario(workload.schedules, 1, 0.0, 0.0),
-                                           Path(path), runs)
-    ready.put((os.getpid(), time.perf_counter() - began))
-    stop.wait()
-    teardown()
-    finish()
-    out.put(runs.runs)
-
-
 # -- one run ---------------------------------------------------------------------------------
 
 
@@ -303,6 +180,26 @@ def _spies(folder: str | None, pids: list[int], seconds: float) -> list[subproce
             for pid in pids]
 
 
+def _line(proc: subprocess.Popen[str], deadline: float) -> str:
+    """The next line `proc` writes on its standard output, waited for until `deadline`
+    (monotonic); an error if it ends first or is still silent then."""
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+    line = proc.stdout.readline() if ready else ""
+    if not line.endswith("\n"):
+        raise RuntimeError(f"serving process {proc.pid} wrote no line in time "
+                           f"(exit status {proc.poll()})")
+    return line
+
+
+def _ready(proc: subprocess.Popen[str], deadline: float) -> tuple[int, float]:
+    """The (pid, seconds to ready) a serving process reports once ready."""
+    word, pid, seconds = _line(proc, deadline).split()
+    if word != "ready" or int(pid) != proc.pid:
+        raise RuntimeError(f"serving process {proc.pid}: unexpected {word} {pid}")
+    return proc.pid, float(seconds)
+
+
 def run(contender: str, workload: Workload, config: Config, url: str, times: Timing, *,
         profile: str | None = None) -> Outcome:
     """One contender serving `workload` from `url` (a PostgreSQL DSN or a SQLite file's path)
@@ -310,20 +207,15 @@ def run(contender: str, workload: Workload, config: Config, url: str, times: Tim
     processes = 1 if contender == APSCHEDULER else config.processes
     if config.store == "postgresql":
         _reset_postgres(url)
-    ctx = multiprocessing.get_context("spawn")
-    ready, stop, out = ctx.Queue(), ctx.Event(), ctx.Queue()
-    if contender == OURS:
-        store = url if config.store == "postgresql" else f"sqlite:///{url}"
-        target, args = _serve_ours, (store, workload, ready, stop, out)
-    elif contender == PGQUEUER:
-        target, args = _serve_pgqueuer, (url, workload, ready, stop, out)
-    else:
-        target, args = _serve_apscheduler, (url, workload, ready, stop, out)
-    procs = [ctx.Process(target=target, args=args) for _ in range(processes)]
-    for p in procs:
-        p.start()
+    where = url if contender != OURS or config.store == "postgresql" else f"sqlite:///{url}"
+    command = [sys.executable, "-m", "benchmarks._stored_serve", contender, where,
+               str(workload.schedules), "1" if workload.every_second else "0"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    procs = [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env=env) for _ in range(processes)]
     try:
-        started = dict(ready.get(timeout=900) for _ in procs)
+        started = dict(_ready(p, time.monotonic() + 900) for p in procs)
         server = _server_pids(url, None) if config.store == "postgresql" else None
         time.sleep(times.warmup)  # the window follows the warm-up: a wall-clock span
         w0, client0, server0 = time.time(), sum(_cpu_of(p) for p in started), \
@@ -336,13 +228,21 @@ def run(contender: str, workload: Workload, config: Config, url: str, times: Tim
             _server_cpu(server)
         rss = max(_rss_mib(p) for p in started)
         time.sleep(times.grace)
-        stop.set()
-        records = [r for _ in procs for r in out.get(timeout=120)]
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("stop\n")
+            p.stdin.flush()
+        records = [tuple(r) for p in procs for r in json.loads(_line(p, time.monotonic() + 120))]
     finally:
         for p in procs:
-            p.join(60)
-            if p.is_alive():
+            try:
+                p.wait(60)
+            except subprocess.TimeoutExpired:
                 p.kill()
+                p.wait()
+            for pipe in (p.stdin, p.stdout):
+                if pipe is not None:
+                    pipe.close()
     seen = collections.Counter((name, fire) for _, name, fire in records)
     first: dict[tuple[str, float], float] = {}
     for start, name, fire in records:

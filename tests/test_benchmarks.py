@@ -242,10 +242,11 @@ def test_bytecode_row_counts_every_party_and_leaves_no_tracer_behind() -> None:
 
 @pytest.mark.timeout(120)
 def test_two_processes_serving_one_sqlite_file_run_each_fire_time_once(tmp_path: Path) -> None:
-    """Issue 35's workload harness: two spawned processes serving W1 (schedules due every
-    second) from one SQLite file run every fire time of the window, none twice (counted over
-    both processes' records), and the run reports its CPU, memory and start-up; with a profile
-    folder, py-spy writes a file of collapsed stacks per serving process there."""
+    """Issue 35's workload harness: two serving processes (programs of their own) serving W1
+    (schedules due every second) from one SQLite file run every fire time of the window, none
+    twice (counted over both processes' records), and the run reports its CPU, memory and
+    start-up; with a profile folder, py-spy writes a file of collapsed stacks per serving
+    process there."""
     from benchmarks import _stored_workload as w
 
     workload = w.Workload("W1", 5, True)
