@@ -110,6 +110,7 @@ from ._records import from_epoch as from_epoch
 from ._records import record_fields as record_fields
 from ._records import record_from_fields as record_from_fields
 from ._records import to_epoch as to_epoch
+from ._shared import DefinitionCache as DefinitionCache
 from ._shared import Step as Step
 from ._shared import ThreadConnections as ThreadConnections
 from ._shared import changing as changing
@@ -192,6 +193,7 @@ __all__ = (
     "rewrite",
     "declaration",
     "declare_each",
+    "DefinitionCache",
     "MemoryStore",
     "SQLiteScheduleStore",
     "sqlite_path",

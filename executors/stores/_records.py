@@ -63,12 +63,37 @@ def _canonical(data: object) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
+#: Plain mappings of definitions, shared by every definition holding equal data (`_lean`).
+_SHARED: dict[tuple[object, ...], dict[object, object]] = {}
+#: Distinct mappings kept for sharing; more are made each their own (a store's triggers repeat
+#: a few dozen shapes, its policies fewer: a table this size holds them all).
+_SHARED_MAX = 4096
+
+
 def _lean(data: Mapping[str, object]) -> dict[str, object]:
-    """A copy of `data` whose keys and string values are shared with every other record
-    (`sys.intern`): a store's 10,000 decoded records repeat a few dozen words
-    (``"expression"``, ``"UTC"``, ``"shift"``) that the JSON decoder makes anew for each."""
+    """A copy of `data` shared with every definition holding equal data, its keys and string
+    values shared with every other record (`sys.intern`): 10,000 schedules of sixty cron
+    expressions hold sixty trigger mappings and one mapping of policies, not 10,000 of each
+    twice over (declared, and decoded from the store). A definition's mappings are never
+    changed in place (the dataclass is frozen; a changed definition is a new one).
+
+    Two mappings are shared when their items are equal in order and kind (``1``, ``1.0`` and
+    ``True`` are not: they are different JSON, with different digests; nor are ``0.0`` and
+    ``-0.0``); one holding a list or a mapping is its own.
+    """
     intern = sys.intern
-    return {intern(k): intern(v) if type(v) is str else v for k, v in data.items()}
+    lean = {intern(k) if type(k) is str else k: intern(v) if type(v) is str else v
+            for k, v in data.items()}
+    key = tuple((k, type(v), repr(v) if type(v) is float else v) for k, v in lean.items())
+    try:
+        shared = _SHARED.get(key)
+    except TypeError:  # a list or a mapping among the values: not hashable, not shared
+        return lean
+    if shared is not None:
+        return shared  # type: ignore[return-value]
+    if len(_SHARED) < _SHARED_MAX:
+        _SHARED[key] = lean  # type: ignore[assignment]
+    return lean
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -92,7 +117,7 @@ class ScheduleDefinition:
         # One shape whatever was passed in (a list or a tuple of args), so equal data compares
         # equal after a round trip through a store.
         object.__setattr__(self, "args", tuple(self.args))
-        object.__setattr__(self, "kwargs", dict(self.kwargs))
+        object.__setattr__(self, "kwargs", _lean(self.kwargs))
         object.__setattr__(self, "trigger", _lean(self.trigger))
         object.__setattr__(self, "options", _lean(self.options))
         if type(self.target) is str:  # a caller's wrong kind is left for the checks that name it

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
+import json
 import os
 import re
 import threading
@@ -51,6 +53,7 @@ __all__ = (
     "rewrite",
     "declaration",
     "declare_each",
+    "DefinitionCache",
 )
 
 C = TypeVar("C")
@@ -254,3 +257,44 @@ def declare_each(declare: Callable[[ScheduleDefinition, Callable[[dt.datetime],
         except Exception as exc:  # that schedule's failure alone: the others are declared
             out.append(exc)
     return out
+
+
+@final
+class DefinitionCache:
+    """The definitions a store decoded, by schedule name, each beside a hash of the stored
+    text it came from (BLAKE2b, 128 bits): a record read again with the same text reuses its
+    decoded definition. A claim reads every record it takes, and most are read again
+    unchanged, run after run; the cache keys on the text itself, not on the digest its writer
+    wrote, and keeps 16 bytes a schedule where the text kept whole held 400 (a row kept to
+    compare, a kilobyte). Shared by a store's threads: a dict's get and set are atomic, and
+    two threads decoding one text agree."""
+
+    __slots__ = ("_known",)
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[bytes, ScheduleDefinition]] = {}
+
+    def decode(self, name: str, text: str) -> ScheduleDefinition:
+        """The definition of schedule `name` stored as `text` (a JSON object).
+
+        Raises:
+            ValueError: `text` is not JSON.
+            StoreFormatError: it is not a definition's object (what is wrong, named).
+        """
+        seen = hashlib.blake2b(text.encode(), digest_size=16).digest()
+        known = self._known.get(name)
+        if known is not None and known[0] == seen:
+            return known[1]
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise StoreFormatError(f"schedule {name!r}: 'definition' is not an object")
+        definition = ScheduleDefinition.from_data(name, data)
+        self._known[name] = (seen, definition)
+        return definition
+
+    def forget(self, name: str) -> None:
+        """Drop what is kept of `name` (a removed schedule)."""
+        self._known.pop(name, None)
+
+    def __len__(self) -> int:
+        return len(self._known)

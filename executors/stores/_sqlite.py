@@ -52,6 +52,7 @@ from ._records import (
     record_from_fields,
 )
 from ._shared import (
+    DefinitionCache,
     Step,
     ThreadConnections,
     changing,
@@ -92,9 +93,6 @@ BUSY_ATTEMPT = 0.5
 #: A claim whose plan took longer than this (seconds) starts its leases when it is written,
 #: not when its records were read.
 _REBASE_AFTER = 1.0
-#: How many parsed definitions and decoded rows a store keeps (one of each per schedule is
-#: what it needs).
-_KEPT = 100_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,12 +143,8 @@ class SQLiteScheduleStore:
         # Each connection's table of claimable names starts empty (`_only`).
         self._conns = ThreadConnections(self._connect, fresh=_no_names)
         self._local = self._conns.local
-        # (name, a definition's JSON text) -> the definition decoded from it (shared by the
-        # threads: a dict's get and set are atomic, and two threads decoding one text agree).
-        self._definitions: dict[tuple[str, str], ScheduleDefinition] = {}
-        # name -> (its row, the record decoded from it): a row read again unchanged (a whole
-        # look at the store) is not decoded again.
-        self._decoded: dict[str, tuple[tuple[Any, ...], ScheduleRecord]] = {}
+        # A record read again with its definition's text unchanged reuses the definition.
+        self._definitions = DefinitionCache()
         self._unreadable = Unreadable()
         self._owners = OwnerFiles(path)
         self._owners_seen = -math.inf  # when `_end_gone_leases` looked last (monotonic)
@@ -258,19 +252,8 @@ class SQLiteScheduleStore:
     def _decode(self, row: tuple[Any, ...]) -> ScheduleRecord:
         """Decode one row; a row that cannot be decoded raises `StoreFormatError` naming it."""
         name = str(row[0])
-        kept = self._decoded.get(name)
-        if kept is not None and kept[0] == row:
-            return kept[1]
         try:
-            definition = self._definitions.get((name, row[1]))
-            if definition is None:
-                data = json.loads(row[1])
-                if not isinstance(data, dict):
-                    raise StoreFormatError(f"schedule {name!r}: 'definition' is not an object")
-                definition = ScheduleDefinition.from_data(name, data)
-                if len(self._definitions) >= _KEPT:
-                    self._definitions.clear()
-                self._definitions[(name, row[1])] = definition
+            definition = self._definitions.decode(name, row[1])
             state = json.loads(row[10])
             fields = {"name": name, "definition": definition, "digest": row[2],
                       "paused": bool(row[3]), "next_fire": row[4], "version": row[5],
@@ -278,11 +261,7 @@ class SQLiteScheduleStore:
                       "attempt": row[9], "claim_token": row[11], **state}
         except (ValueError, TypeError) as exc:
             raise StoreFormatError(f"schedule {name!r}: unreadable record ({exc})") from None
-        record = record_from_fields(fields)  # checks the other fields as every store does
-        if len(self._decoded) >= _KEPT:
-            self._decoded.clear()
-        self._decoded[name] = (row, record)
-        return record
+        return record_from_fields(fields)  # checks the other fields as every store does
 
     def _read(self, conn: sqlite3.Connection, name: str) -> ScheduleRecord | None:
         row = conn.execute(f"SELECT {COLUMNS} FROM executors_schedules WHERE name = ?",
@@ -559,7 +538,7 @@ class SQLiteScheduleStore:
             # Stamped before the row goes: the stamp then exceeds the removed row's own.
             stamp = self._bump(conn)
             cur = conn.execute("DELETE FROM executors_schedules WHERE name = ?", (name,))
-            self._decoded.pop(name, None)
+            self._definitions.forget(name)
             if cur.rowcount != 1:
                 return False
             # A reader whose mark is older than this removal takes a whole look next time.

@@ -514,7 +514,7 @@ class PostgresScheduleStore:
             if cur.rowcount != 1:
                 return False
             cur.execute(REMOVED)  # a later `changed_since` reads the whole store
-            self._definitions.known.pop(name, None)
+            self._definitions.cache.forget(name)
             self._notify(cur, name)
             return True
 

@@ -4,12 +4,11 @@ definitions it decoded (`Definitions`)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
 from executors.stores import (
-    ScheduleDefinition,
+    DefinitionCache,
     ScheduleRecord,
     record_fields,
     record_from_fields,
@@ -27,31 +26,23 @@ READ = COLUMNS.replace("definition,", "definition::text AS definition,", 1)
 
 
 class Definitions:
-    """The definitions this store decoded, by name, each with a hash of the stored text it
-    came from (BLAKE2b, 128 bits: 10,000 texts kept whole held 4 MB): a record read again
-    with the same text reuses its decoded definition (keyed by the data itself, not by the
-    digest its writer wrote). A claim reads every record it takes, and most are read again
-    unchanged, run after run."""
+    """Decodes rows (`READ`'s columns), each definition through a `DefinitionCache`: a
+    record read again with the same definition text reuses its decoded definition."""
 
-    __slots__ = ("known",)
+    __slots__ = ("cache",)
 
     def __init__(self) -> None:
-        self.known: dict[str, tuple[bytes, ScheduleDefinition]] = {}
+        self.cache = DefinitionCache()
 
     def decode(self, row: tuple[Any, ...]) -> ScheduleRecord:
         """The record of `row` (`READ`'s columns, the definition as text)."""
-        name, text = row[0], row[1]
-        known = self.known.get(name)
-        seen = hashlib.blake2b(text.encode(), digest_size=16).digest()
-        definition = known[1] if known is not None and known[0] == seen else json.loads(text)
+        name = row[0]
         state = row[10] if isinstance(row[10], dict) else {}
-        record = record_from_fields({
-            "name": name, "definition": definition, "digest": row[2], "paused": row[3],
-            "next_fire": row[4], "version": row[5], "owner": row[6], "lease_until": row[7],
-            "running_fire": row[8], "attempt": row[9], "claim_token": row[11], **state})
-        if known is None or known[1] is not record.definition:
-            self.known[name] = (seen, record.definition)  # one dict write: no lock needed
-        return record
+        return record_from_fields({
+            "name": name, "definition": self.cache.decode(name, row[1]), "digest": row[2],
+            "paused": row[3], "next_fire": row[4], "version": row[5], "owner": row[6],
+            "lease_until": row[7], "running_fire": row[8], "attempt": row[9],
+            "claim_token": row[11], **state})
 
 
 def _state_json(record: ScheduleRecord) -> str:
