@@ -89,6 +89,30 @@ def _older_file(path: str, name: str, *statements: str) -> None:
             conn.execute(statement)
 
 
+def test_a_row_read_again_unchanged_is_not_decoded_again(tmp_path: Path) -> None:
+    """A row read again as it was is answered with the record decoded from it (a due row the
+    status copy read since it last changed: the claim decodes nothing); a row another
+    process changed, or one changed by hand without its version, reads as it now is."""
+    path = str(tmp_path / "jobs.db")
+    store, other = SQLiteScheduleStore(path), SQLiteScheduleStore(path)
+    try:
+        declare(store, "a", due=False)
+        first = store.get("a")
+        assert first is not None and store.get("a") is first
+        assert store.records() == [first] and store.records()[0] is first
+        assert other.set_paused("a", True)
+        paused = store.get("a")
+        assert paused is not None and paused.paused and paused.version == first.version + 1
+        assert paused.definition is first.definition  # the same text: decoded once
+        with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+            conn.execute("UPDATE executors_schedules SET paused = 0")  # the version kept
+        by_hand = store.get("a")
+        assert by_hand is not None and not by_hand.paused and by_hand.version == paused.version
+    finally:
+        store.close()
+        other.close()
+
+
 def test_a_file_made_before_the_change_stamps_gains_them_and_a_hand_edit_shows_when_whole(
         tmp_path: Path) -> None:
     """Opening a file whose table lacks the ``changed`` column adds it, keeping its records;
