@@ -177,7 +177,9 @@ def first_fire(pattern: LocalPattern, table: ZoneTable, start: datetime,
     a forward DST-like change skips local [T + o, T + o'): a fixed-time job with gap="shift"
     that matches in it fires at T. A segment ends at the next change or at the next UTC new
     year, whichever is first, so a search visits at most a few segments a year; the field
-    lookup stops at `HORIZON_DAYS` past the first `start`, so the loop ends.
+    lookup stops at `HORIZON_DAYS` past the first `start`, so the loop ends. (A zone with one
+    offset for all time has one segment a year here; the triggers look its pattern up in one
+    step instead, `triggers._first_fire`.)
     """
     fixed = pattern.fixed
     first_only = fixed and fold == "first"
@@ -185,16 +187,6 @@ def first_fire(pattern: LocalPattern, table: ZoneTable, start: datetime,
     shift = fixed and gap == "shift"
     try:
         limit = min(start.toordinal() + HORIZON_DAYS, date.max.toordinal())
-        constant = table.fixed_offset
-        if constant is not None:
-            # No change ever: no gap, no fold, no segment end. One lookup of the pattern,
-            # not one per UTC year the search crosses (a yearly cron asked in November
-            # walked two segments), and no year of the table computed.
-            local = pattern.next_local(start + constant, limit)
-            if local is None:
-                return None
-            found = local - constant
-            return found if end is None or found <= end else None
         if shift:
             # A gap-shifted fire of the change that starts `start`'s segment is that change's
             # instant: at or after `start` only when the search starts exactly on it.

@@ -61,6 +61,7 @@ _NAIVE_EPOCH = datetime(1970, 1, 1)
 _US = timedelta(microseconds=1)
 # One zero offset for every un-jittered trigger (thousands of schedules, one object).
 _NO_JITTER = timedelta(0)
+_LAST_DAY = date.max.toordinal()
 _GAPS = ("shift", "skip")
 _FOLDS = ("first", "last", "both")
 
@@ -82,6 +83,30 @@ class Trigger(Protocol):
 
     def describe(self) -> str:
         """For people, e.g. ``"30 2 * * * Europe/Berlin"``."""
+
+
+# -- the search --------------------------------------------------------------------------------
+
+
+def _first_fire(pattern: _zones.LocalPattern, table: ZoneTable, start: datetime,
+                gap: Literal["shift", "skip"], fold: Literal["first", "last", "both"],
+                end: datetime | None) -> datetime | None:
+    """The first fire instant of `pattern` at or after `start` (naive UTC) and at most `end`,
+    or None. A zone with one offset for all time (UTC, ``Etc/GMT+5``) has no gap, no fold and
+    no segment to walk: its pattern is looked up once, in local time, here; any other zone is
+    walked segment by segment (`_zones.first_fire`)."""
+    offset = table.fixed_offset
+    if offset is None:
+        return _zones.first_fire(pattern, table, start, gap, fold, end)
+    try:
+        local = pattern.next_local(
+            start + offset, min(start.toordinal() + _zones.HORIZON_DAYS, _LAST_DAY))
+    except OverflowError:  # the search ran off the end of datetime's range
+        return None
+    if local is None:
+        return None
+    found = local - offset
+    return found if end is None or found <= end else None
 
 
 # -- argument checks -------------------------------------------------------------------------
@@ -235,8 +260,7 @@ class Cron(_Value):
         if start_u is not None and end_u is not None and end_u < start_u:
             raise ValueError(f"end ({end}) is before start ({start})")
         jitter = _validate.seconds(jitter, "jitter")
-        smallest = fields.min_gap()
-        if jitter and jitter >= smallest:
+        if jitter and jitter >= (smallest := fields.min_gap()):  # computed only for a jitter
             raise ValueError(
                 f"jitter must be smaller than the smallest gap between fires of "
                 f"{expression!r} ({smallest} s), got {jitter!r}")
@@ -261,7 +285,7 @@ class Cron(_Value):
         """The first un-jittered fire instant at or after `start` (naive UTC)."""
         if self._start is not None and start < self._start:
             start = self._start
-        return _zones.first_fire(self._fields, self._table, start, self.gap, self.fold, self._end)
+        return _first_fire(self._fields, self._table, start, self.gap, self.fold, self._end)
 
     def _offset(self, base: datetime, limit: timedelta) -> timedelta:
         digest = hashlib.blake2b(f"{self.expression}\0{base.isoformat()}".encode(),
@@ -417,7 +441,7 @@ class CalendarInterval(_Value):
 
     def next_after(self, instant: datetime) -> datetime | None:
         """The first fire instant strictly after `instant`, aware UTC, or None."""
-        return _out(_zones.first_fire(self._pattern, self._table, _instant(instant) + _US, self.gap,
+        return _out(_first_fire(self._pattern, self._table, _instant(instant) + _US, self.gap,
                             self.fold, None))
 
     def to_data(self) -> dict[str, object]:

@@ -112,6 +112,10 @@ class ScheduleDefinition:
     kwargs: Mapping[str, object] = dataclasses.field(default_factory=dict)
     #: Policies (``missed``, ``max_missed``, ``grace``, ``on_crash``, ...) as JSON values.
     options: Mapping[str, object] = dataclasses.field(default_factory=dict)
+    # `digest()` once computed: a schedule's digest is asked when it is made, when it is
+    # declared and when its stored record is compared (a SHA-256 of its canonical JSON).
+    _digest: str | None = dataclasses.field(default=None, init=False, repr=False,
+                                            compare=False)
 
     def __post_init__(self) -> None:
         # One shape whatever was passed in (a list or a tuple of args), so equal data compares
@@ -134,11 +138,16 @@ class ScheduleDefinition:
         Raises:
             ValueError: some part is not JSON (NaN included), naming the schedule.
         """
+        known = self._digest
+        if known is not None:
+            return known
         try:
             text = _canonical(self.as_data())
         except (TypeError, ValueError) as exc:
             raise ValueError(f"schedule {self.name!r} is not plain JSON data: {exc}") from None
-        return hashlib.sha256(text.encode()).hexdigest()[:32]
+        digest = hashlib.sha256(text.encode()).hexdigest()[:32]
+        object.__setattr__(self, "_digest", digest)
+        return digest
 
     @classmethod
     def from_data(cls, name: str, data: Mapping[str, object]) -> ScheduleDefinition:

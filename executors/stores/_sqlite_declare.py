@@ -26,9 +26,15 @@ FirstFire = Callable[[dt.datetime], dt.datetime | None]
 Decode = Callable[[tuple[Any, ...]], ScheduleRecord]
 
 
+def _clock(conn: sqlite3.Connection) -> dt.datetime:
+    (seconds,) = conn.execute(f"SELECT {NOW}").fetchone()
+    return from_epoch(float(seconds))
+
+
 def declare_in(conn: sqlite3.Connection, definition: ScheduleDefinition, first_fire: FirstFire,
-               read: Read, put: Put) -> Declared:
-    """``declare(definition, first_fire)`` inside the write transaction of `conn`."""
+               read: Read, put: Put, now: Callable[[], dt.datetime] | None = None) -> Declared:
+    """``declare(definition, first_fire)`` inside the write transaction of `conn`; `now`
+    reads the store's clock (by default, once for this declaration if it needs it)."""
     name, stored = definition.name, None
     try:
         old, unreadable = read(conn, name), ""
@@ -38,11 +44,8 @@ def declare_in(conn: sqlite3.Connection, definition: ScheduleDefinition, first_f
             "SELECT version FROM executors_schedules WHERE name = ?", (name,)).fetchone()
         old, unreadable = None, str(exc)
 
-    def now() -> dt.datetime:
-        (seconds,) = conn.execute(f"SELECT {NOW}").fetchone()
-        return from_epoch(float(seconds))
-
-    declared = declaration(definition, old, lambda: first_fire(now()), unreadable=unreadable,
+    clock = now if now is not None else lambda: _clock(conn)
+    declared = declaration(definition, old, lambda: first_fire(clock()), unreadable=unreadable,
                            stored_version=stored)
     if declared.outcome == "replaced":
         conn.execute("DELETE FROM executors_schedules WHERE name = ?", (name,))
@@ -59,10 +62,17 @@ def declare_all(conn: sqlite3.Connection,
     definition or first fire time fails, is rolled back and answered with its exception
     alone, and the others are written (``SupportsDeclareMany.declare_many``)."""
     out: list[Declared | Exception] = []
+    read_at: list[dt.datetime] = []
+
+    def now() -> dt.datetime:  # one reading of the clock for the batch's one transaction
+        if not read_at:
+            read_at.append(_clock(conn))
+        return read_at[0]
+
     for definition, first_fire in declarations:
         conn.execute("SAVEPOINT declaring")
         try:
-            out.append(declare_in(conn, definition, first_fire, read, put))
+            out.append(declare_in(conn, definition, first_fire, read, put, now))
         except Exception as exc:
             conn.execute("ROLLBACK TO declaring")
             out.append(exc)
