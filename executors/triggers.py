@@ -39,12 +39,15 @@ import logging
 from collections.abc import Mapping
 from datetime import UTC, date, datetime, time, timedelta
 from typing import ClassVar, Literal, Protocol, runtime_checkable
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from . import _search_budget, _validate, _zones
 from ._calendar import CalendarPattern
 from ._cron import CronFields, fields_of
+from ._trigger_data import aware as _aware
 from ._trigger_data import checked, iso, number, text, whole
+from ._trigger_data import choice as _choice
+from ._trigger_data import zone as _zone
 from ._zones import ZoneTable, zone_table
 
 __all__ = ("Trigger", "Cron", "Date", "CalendarInterval", "Interval", "AnyOf", "AllOf",
@@ -112,29 +115,6 @@ def _first_fire(pattern: _zones.LocalPattern, table: ZoneTable, start: datetime,
 # -- argument checks -------------------------------------------------------------------------
 
 
-def _zone(tz: object) -> ZoneInfo:
-    if isinstance(tz, str):
-        try:
-            return ZoneInfo(tz)
-        except (ZoneInfoNotFoundError, ValueError) as exc:
-            raise ValueError(f"tz: no time zone with the key {tz!r}") from exc
-    if isinstance(tz, ZoneInfo):
-        if tz.key is None:
-            raise ValueError("tz: a zone read from a file has no key; pass a key such as "
-                             "'Europe/Berlin'")
-        return tz
-    raise TypeError(f"tz must be a zoneinfo.ZoneInfo or a key such as 'Europe/Berlin', got "
-                    f"{type(tz).__name__}")
-
-
-def _aware(value: object, name: str, error: type[Exception] = ValueError) -> datetime:
-    if not isinstance(value, datetime):
-        raise TypeError(f"{name} must be an aware datetime, got {type(value).__name__}")
-    if value.utcoffset() is None:
-        raise error(f"{name} is naive: name a zone (e.g. tzinfo=ZoneInfo('Europe/Berlin'))")
-    return value
-
-
 def _naive_utc(value: datetime) -> datetime:
     """`value` (aware) as a naive datetime in UTC, the form the searches work in."""
     # Epoch arithmetic, not astimezone/replace: replace costs ~2.5 us on 3.11, this ~0.2 us,
@@ -149,12 +129,6 @@ def _instant(value: datetime) -> datetime:
     except TypeError:  # naive, or not a datetime: say which, naming the argument
         _aware(value, "instant", TypeError)
         raise
-
-
-def _choice(value: object, name: str, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
-    return str(value)
 
 
 def _iso(value: datetime | None) -> str | None:
