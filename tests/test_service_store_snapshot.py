@@ -195,6 +195,34 @@ def test_the_copy_behind_status_keeps_rows_not_the_store_records(
         assert len(again) == 1 and again[0] is first[0]
 
 
+def test_schedules_of_one_expression_share_their_trigger_and_their_rows_their_times(
+        tmp_path: Path) -> None:
+    """`cron()` gives schedules of equal arguments one trigger (an immutable value: 10,000
+    schedules of sixty expressions hold sixty), not one made of equal arguments of another
+    kind (``jitter=True`` is refused, though ``jitter=1`` made one); the rows behind
+    `status()` share the text of an instant they show alike."""
+    from executors import Cron
+
+    with BackgroundService(store=f"sqlite:///{tmp_path / 'jobs.db'}") as svc:
+        jobs = [svc.cron("0 0 * * * *", stored_jobs.seen, tz="UTC", name=f"s{k}")
+                for k in range(3)]
+        assert jobs[0].trigger is jobs[1].trigger is jobs[2].trigger
+        assert jobs[0].trigger == Cron("0 0 * * * *", tz="UTC")
+        assert svc.cron("0 0 * * * *", stored_jobs.seen, tz="UTC", jitter=1,
+                        name="j").trigger is not jobs[0].trigger
+        with pytest.raises(TypeError, match="jitter"):
+            svc.cron("0 0 * * * *", stored_jobs.seen, tz="UTC", jitter=True, name="k")
+
+        def rows() -> list[object]:
+            status = svc.status().store
+            return [] if status is None else [
+                r.next_fire for r in status.schedules if r.name.startswith("s")]
+
+        wait_until(lambda: len(rows()) == 3 and None not in rows(), 15)
+        first, *others = rows()
+        assert all(other is first for other in others), rows()
+
+
 def test_status_describes_a_schedule_whose_trigger_another_process_changed_anew(
         tmp_path: Path) -> None:
     """The copy behind `status()` keeps a schedule's trigger description while its trigger

@@ -111,14 +111,35 @@ def schedule_options(trigger: object, missed: object, max_missed: object, grace:
                       False, state, on_crash)
 
 
+#: The triggers `cron()` made, by their arguments (each with its kind: ``1`` and ``True`` are
+#: not one argument): a trigger is an immutable value, so 10,000 schedules of sixty
+#: expressions hold sixty. Past `_CRONS_MAX` distinct ones, each is made anew.
+_CRONS: dict[tuple[object, ...], Cron] = {}
+_CRONS_MAX = 4096
+
+
+def _cron(expression: object, tz: object, extra: tuple[tuple[str, object], ...]) -> Cron:
+    key = (type(expression), expression, type(tz), tz,
+           *((k, type(v), v) for k, v in extra))
+    try:
+        known = _CRONS.get(key)
+    except TypeError:  # an argument that cannot be a key: `Cron` says what is wrong with it
+        known, key = None, ()
+    if known is not None:
+        return known
+    trigger = Cron(expression, tz=tz, **dict(extra))  # type: ignore[arg-type]
+    if key and len(_CRONS) < _CRONS_MAX:
+        _CRONS[key] = trigger
+    return trigger
+
+
 def cron_options(expression: object, tz: object, name: object,
                  options: Mapping[str, object]) -> JobOptions:
     """`cron()`'s arguments: its `Cron` trigger, made and checked, and `schedule()`'s options."""
     unknown = sorted(set(options) - CronOptions.__optional_keys__)
     if unknown:
         raise TypeError(f"cron() got an unexpected keyword argument {unknown[0]!r}")
-    trigger = Cron(expression, tz=tz,  # type: ignore[arg-type]
-                   **{k: options[k] for k in _TRIGGER_KEYS if k in options})  # type: ignore[arg-type]
+    trigger = _cron(expression, tz, tuple((k, options[k]) for k in _TRIGGER_KEYS if k in options))
     return schedule_options(trigger, options.get("missed", "latest"),
                             options.get("max_missed", 100), options.get("grace"),
                             options.get("on_error", "continue"), options.get("since"), name,

@@ -118,6 +118,10 @@ def check_trigger(trigger: object) -> TriggerLike:
     return trigger  # type: ignore[return-value]
 
 
+#: No floor: `-math.inf` written once (a float the expression made anew for each job).
+_NO_FLOOR = -math.inf
+
+
 @final
 class WallState:
     """A wall-clock job's schedule: its trigger and policy (set by the service) and where it
@@ -137,7 +141,7 @@ class WallState:
         self.fire: datetime.datetime | None = None  # the next fire time to handle
         self.fire_ts = math.inf
         self.handled: datetime.datetime | None = None  # the latest fire time handled
-        self.floor = -math.inf  # fire times at or before this (epoch s) never run (reschedule)
+        self.floor = _NO_FLOOR  # fire times at or before this (epoch s) never run (reschedule)
         # (reason, wall time): fire times up to that wall time passed unwatched.
         self.unwatched: tuple[str, float] | None = None
         self.last_fire: datetime.datetime | None = None  # the fire time of the latest run
