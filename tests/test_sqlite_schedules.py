@@ -89,6 +89,35 @@ def _older_file(path: str, name: str, *statements: str) -> None:
             conn.execute(statement)
 
 
+def test_a_store_opened_while_another_process_holds_the_file_s_lock_waits_for_it(
+        tmp_path: Path) -> None:
+    """Two processes opening one new file together (workers of one server starting): the
+    one that finds the file locked (the other making its schema, or writing its first batch
+    of declarations) waits for the lock, up to its busy timeout, as any of its writes
+    does; it is not refused "database is locked" after one attempt."""
+    path = str(tmp_path / "jobs.db")
+    SQLiteScheduleStore(path).close()  # the file exists, in WAL mode
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")  # what a schema change or a long write holds
+    released = threading.Timer(1.5, holder.execute, ("COMMIT",))
+    released.start()
+    try:
+        store = SQLiteScheduleStore(str(tmp_path / "jobs.db"), busy_timeout=10.0)
+        store.close()
+    finally:
+        released.join()
+        holder.close()
+    fresh = str(tmp_path / "fresh.db")
+    SQLiteScheduleStore(fresh).close()
+    holder = sqlite3.connect(fresh, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(ConnectionError, match="locked"):
+            SQLiteScheduleStore(fresh, busy_timeout=0.6)  # its own deadline still holds
+    finally:
+        holder.close()
+
+
 def test_a_row_read_again_unchanged_is_not_decoded_again(tmp_path: Path) -> None:
     """A row read again as it was is answered with the record decoded from it (a due row the
     status copy read since it last changed: the claim decodes nothing); a row another

@@ -161,11 +161,22 @@ class SQLiteScheduleStore:
         #: None: connections write; else the columns a read-only connection finds.
         self._read_only = found.columns if read_only else None
         if not read_only:
-            try:
-                self._make_schema()
-            except sqlite3.OperationalError as exc:  # a read-only file or folder
-                self.close()
-                raise unopenable(self.display_url, path, str(exc)) from None
+            deadline = time.monotonic() + busy_timeout
+            while True:
+                try:
+                    self._make_schema()
+                    break
+                except sqlite3.OperationalError as exc:  # a read-only file or folder
+                    # Or another process holding the file's lock (making its schema, writing
+                    # its first declarations): waited for, as a write waits, until the
+                    # timeout. Every step of the schema can be made again.
+                    if "locked" in str(exc) and time.monotonic() < deadline:
+                        for conn in self._conns.take_all():  # a fresh start, not a half one
+                            conn.close()
+                        time.sleep(0.02)  # a lock the busy handler does not wait for
+                        continue
+                    self.close()
+                    raise unopenable(self.display_url, path, str(exc)) from None
 
     def _make_schema(self) -> None:
         """Create the tables, or bring a file of an older format up to date."""
@@ -214,9 +225,13 @@ class SQLiteScheduleStore:
             return connect_read_only(self._path, attempt, self._read_only)
         conn = sqlite3.connect(self._path, timeout=attempt, isolation_level=None,
                                check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA temp_store=MEMORY")  # the claimable names: no temp file
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA temp_store=MEMORY")  # the claimable names: no temp file
+        except sqlite3.Error:  # the file locked meanwhile: closed, not left behind
+            conn.close()
+            raise
         return conn
 
     @contextmanager
