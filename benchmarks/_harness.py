@@ -215,10 +215,13 @@ def _merged(path: Path, run: dict[str, object], only: str) -> dict[str, object]:
         raise SystemExit(f"{path}: a {'quick' if run['quick'] else 'full'} run cannot be "
                          "merged into a file of the other kind")
     fresh = {m["name"]: m for m in cast("list[dict[str, Any]]", run["metrics"])}
+    measured = set(fresh)
     kept = cast("list[dict[str, Any]]", whole["metrics"])
     rows = [fresh.pop(m["name"], m) for m in kept] + list(fresh.values())
-    partial = [*cast("list[object]", whole.get("partial_runs", [])), _partial(run, only)]
-    return {**whole, "metrics": rows, "partial_runs": partial}
+    # An earlier partial run whose every row this one measured again is no longer on the page.
+    earlier = [p for p in cast("list[dict[str, Any]]", whole.get("partial_runs", []))
+               if not set(p.get("metrics", ())) <= measured]
+    return {**whole, "metrics": rows, "partial_runs": [*earlier, _partial(run, only)]}
 
 
 def _partial(run: dict[str, object], only: str) -> dict[str, object]:

@@ -807,6 +807,16 @@ def test_a_run_of_some_metrics_only_merges_them_into_the_results_file(
     assert [(m["name"], m["medians"][_bench_report.OURS]) for m in merged["metrics"]] == [
         ("alpha", 1.0), ("beta one", 2.0), ("beta two", 2.0)]
     assert merged["partial_runs"][0]["metrics"] == ["beta one", "beta two"]
+    # A later run of "beta two" leaves the "beta" run named (one of its rows is still its
+    # own); a run of "beta" again measures all its rows, and only the latest is named.
+    for text in ("beta two", "beta"):
+        _harness.run_area("toy", lambda quick: again,
+                          argv=["--quick", "--json", str(written), "--only", text])
+        if text == "beta two":
+            assert [p["only"] for p in json.loads(written.read_text())["partial_runs"]] == [
+                "beta", "beta two"]
+    merged = json.loads(written.read_text())
+    assert [p["only"] for p in merged["partial_runs"]] == ["beta"]
     with pytest.raises(SystemExit, match="'gamma'"):
         _harness.run_area("toy", lambda quick: again,
                           argv=["--quick", "--json", str(written), "--only", "gamma"])
