@@ -27,11 +27,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ("APSCHEDULER", "PGQUEUER", "WORKERS", "Workload", "main", "workloads")
+__all__ = ("APSCHEDULER", "FLOOR", "PGQUEUER", "WORKERS", "Workload", "main", "workloads")
 
 OURS = "executors"
 PGQUEUER = "pgqueuer"
 APSCHEDULER = "APScheduler"
+#: The bare mechanism under ours, on PostgreSQL (`serve_floor`).
+FLOOR = "floor"
 #: The workers of each serving process of ours (the scheduler benchmark's).
 WORKERS = 4
 
@@ -166,8 +168,109 @@ def serve_apscheduler(path: str, workload: Workload) -> Runs:
     return runs.runs
 
 
+#: The floor's batch: ours' (`executors._service.stored.BATCH`).
+FLOOR_BATCH = 100
+# The floor's claim: up to a batch of idle due rows, locked as ours are, moved one step on and
+# marked with the batch's token in one statement, the plan computed by the server.
+_FLOOR_CLAIM = (
+    "UPDATE executors_schedules AS s SET next_fire = s.next_fire + %s, "
+    "running_fire = s.next_fire, version = s.version + 1, owner = %s, "
+    "lease_until = extract(epoch from now()) + 30, attempt = 1, claim_token = %s "
+    "FROM (SELECT name FROM executors_schedules WHERE NOT paused AND running_fire IS NULL "
+    "AND next_fire <= extract(epoch from now()) ORDER BY next_fire LIMIT %s "
+    "FOR UPDATE SKIP LOCKED) AS c WHERE s.name = c.name RETURNING s.name, s.running_fire")
+_FLOOR_NEXT = ("SELECT extract(epoch from now()), (SELECT next_fire FROM executors_schedules "
+               "WHERE NOT paused AND running_fire IS NULL ORDER BY next_fire LIMIT 1)")
+
+
+def serve_floor(url: str, workload: Workload) -> Runs:
+    """The floor of a stored run on PostgreSQL: the mechanism ours is built on with none of its
+    features, on the same table and rows (declared by ours' store: same width, same indexes).
+
+    One loop thread, a pool of `WORKERS` threads and a queue between them; each pass, one
+    transaction writes the runs ended since the last pass (ours' completion statement, fenced
+    by token) and claims up to `FLOOR_BATCH` due rows in one statement (the next fire time is
+    the fire time plus the workload's step, computed by the server: no trigger, no plan, no
+    rows sent to the client and back), then sleeps until the earliest next fire time (at most
+    a second). No missed-run policy, renewals, events, status, trust checks or crash recovery.
+    """
+    import queue
+    import threading
+    import uuid
+
+    import psycopg
+
+    from executors.stores import ScheduleDefinition, open_store
+    from executors.triggers import Cron
+    from integrations.schedule_stores.postgres import _COMPLETE
+
+    began = time.perf_counter()
+    store = open_store(url)
+    try:
+        target = "benchmarks._stored_jobs:record_ours"
+        triggers = [Cron(workload.expression(k), tz="UTC") for k in range(workload.schedules)]
+        definitions = [(ScheduleDefinition(f"s{k:05d}", trigger.to_data(), target),
+                        trigger.next_after) for k, trigger in enumerate(triggers)]
+        for i in range(0, len(definitions), 1000):
+            store.declare_many(definitions[i:i + 1000])  # type: ignore[attr-defined]
+    finally:
+        store.close()
+    step = 1.0 if workload.every_second else 60.0
+    owner = f"floor-{os.getpid()}"
+    runs: Runs = []
+    work: queue.SimpleQueue[tuple[str, float, str] | None] = queue.SimpleQueue()
+    ended: list[tuple[str, str]] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def worker() -> None:
+        while (item := work.get()) is not None:
+            name, fire, token = item
+            runs.append((time.time(), name, fire))
+            with lock:
+                ended.append((name, token))
+
+    def loop() -> None:
+        with psycopg.connect(url) as conn:
+            while not stop.is_set():
+                token = uuid.uuid4().hex
+                with lock:
+                    done, ended[:] = ended[:], []
+                with conn.transaction(), conn.cursor() as cur:
+                    if done:
+                        cur.execute(_COMPLETE, ([n for n, _ in done], [t for _, t in done],
+                                                [0] * len(done), ["ok"] * len(done)))
+                    cur.execute(_FLOOR_CLAIM, (step, owner, token, FLOOR_BATCH))
+                    claimed = cur.fetchall()
+                for name, fire in claimed:
+                    work.put((name, fire, token))
+                if len(claimed) >= FLOOR_BATCH:
+                    continue
+                with conn.transaction(), conn.cursor() as cur:
+                    cur.execute(_FLOOR_NEXT)
+                    row = cur.fetchone()
+                assert row is not None
+                now, earliest = float(row[0]), row[1]
+                stop.wait(1.0 if earliest is None else max(0.0, min(1.0, earliest - now)))
+
+    workers = [threading.Thread(target=worker) for _ in range(WORKERS)]
+    looping = threading.Thread(target=loop)
+    for thread in [*workers, looping]:
+        thread.start()
+    _ready(began)
+    _stop_asked()
+    stop.set()
+    looping.join()
+    for _ in workers:
+        work.put(None)
+    for thread in workers:
+        thread.join()
+    return runs
+
+
 SERVERS: dict[str, Callable[[str, Workload], Runs]] = {
-    OURS: serve_ours, PGQUEUER: serve_pgqueuer, APSCHEDULER: serve_apscheduler}
+    OURS: serve_ours, PGQUEUER: serve_pgqueuer, APSCHEDULER: serve_apscheduler,
+    FLOOR: serve_floor}
 
 
 def main(argv: list[str] | None = None) -> None:

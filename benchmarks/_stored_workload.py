@@ -58,7 +58,7 @@ from pathlib import Path
 
 from benchmarks._harness import OURS, Metric
 from benchmarks._store_claims import _cpu_of, _server_cpu, _server_pids
-from benchmarks._stored_serve import APSCHEDULER, PGQUEUER, Workload, workloads
+from benchmarks._stored_serve import APSCHEDULER, FLOOR, PGQUEUER, Workload, workloads
 
 _ROOT = Path(__file__).resolve().parents[1]
 
@@ -293,6 +293,15 @@ def _where(config: Config, found: dict[str, str], contender: str, workload: Work
     return str(Path(found["sqlite"]) / name)
 
 
+def _contenders(config: Config) -> tuple[str, ...]:
+    """Who serves `config`: ours, its peer, and on PostgreSQL the floor (`serve_floor`)."""
+    return (OURS, config.peer, FLOOR) if config.store == "postgresql" else (OURS, config.peer)
+
+
+#: The figures the floor is measured for: what it has (no memory or start-up of its own).
+FLOOR_FIGURES = ("done_pct", "p50_ms", "p99_ms", "client_cpu_us", "server_cpu_us")
+
+
 def _peer_available(peer: str, quick: bool) -> bool:
     if peer == PGQUEUER:
         # Its fire times fall on whole minutes: a quick window of 2 s holds none.
@@ -307,6 +316,10 @@ def _peer_available(peer: str, quick: bool) -> bool:
 
 NO_APSCHEDULER_4 = ("APScheduler 4 is not measured: it is the same distribution as APScheduler "
                     "3 (`apscheduler` on PyPI), and one environment holds one version of it")
+
+FLOOR_NOTE = ("floor: the bare claim and completion on the same table and rows, no service "
+              "(benchmarks._stored_serve.serve_floor: the server plans; no trigger, policy, "
+              "events, status or recovery)")
 
 FIGURES = (("done_pct", "runs done", "% of due", "higher"),
            ("p50_ms", "lateness p50", "ms", "lower"),
@@ -373,9 +386,14 @@ def workload_metrics(quick: bool) -> list[Metric]:
                     OURS: sampler(OURS, workload, config, key),
                     config.peer: None if peer is None else
                     sampler(config.peer, workload, config, key)}
+                floor = None
+                if FLOOR in _contenders(config) and key in FLOOR_FIGURES:
+                    floor = FLOOR
+                    contenders[FLOOR] = sampler(FLOOR, workload, config, key)
                 metrics.append(Metric(
                     f"stored {workload.key} {title}, {workload.schedules:,} schedules, "
-                    f"{config.label}", unit, better, contenders, note=peer_note))
+                    f"{config.label}", unit, better, contenders, floor=floor,
+                    note=peer_note + (f"; {FLOOR_NOTE}" if floor else "")))
     return metrics
 
 
@@ -384,7 +402,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--workload", nargs="+", default=["W1", "W2"])
     parser.add_argument("--config", nargs="+", default=[c.label for c in CONFIGS])
-    parser.add_argument("--contender", nargs="+", default=[OURS, PGQUEUER, APSCHEDULER])
+    parser.add_argument("--contender", nargs="+", default=[OURS, PGQUEUER, APSCHEDULER, FLOOR])
     parser.add_argument("--window", type=float, default=None)
     parser.add_argument("--profile", default=None,
                         help="a folder for py-spy's collapsed stacks of the serving processes")
@@ -396,7 +414,7 @@ def main(argv: list[str] | None = None) -> None:
         for key in args.workload:
             workload = workloads(args.quick)[key]
             for config in (c for c in CONFIGS if c.label in args.config):
-                for contender in (OURS, config.peer):
+                for contender in _contenders(config):
                     if contender not in args.contender or config.store not in found:
                         continue
                     outcome = run(contender, workload, config,

@@ -130,11 +130,14 @@ _WRITE = (
     "v(name, definition, digest, paused, next_fire, version, owner, lease_until, "
     "running_fire, attempt, state, claim_token, old_version) "
     "WHERE s.name = v.name AND s.version = v.old_version RETURNING s.name")
-# A claim's write: what a claim changes (never the definition, its digest or the pause).
+# A claim's write: what a claim changes (never the definition, its digest or the pause; the
+# state only when the claim changed it, `encode_claimed`, and then merged: a key of the state
+# this code does not know is kept, as a completion keeps it).
 _CLAIM_WRITE = (
     "UPDATE executors_schedules AS s SET next_fire = v.next_fire, version = v.version, "
     "owner = v.owner, lease_until = v.lease_until, running_fire = v.running_fire, "
-    "attempt = v.attempt, state = v.state::jsonb, claim_token = v.claim_token "
+    "attempt = v.attempt, state = COALESCE(s.state || v.state::jsonb, s.state), "
+    "claim_token = v.claim_token "
     "FROM unnest(%b::text[], %b::float8[], %b::int8[], %b::text[], %b::float8[], "
     "%b::float8[], %b::int4[], %b::text[], %b::text[], %b::int8[]) AS "
     "v(name, next_fire, version, owner, lease_until, running_fire, attempt, state, "
@@ -313,19 +316,30 @@ class PostgresScheduleStore:
         """Tell the listeners (`watch`) that `name` changed, when this transaction commits."""
         cur.execute("SELECT pg_notify(%s, %s)", (self.channel, name))
 
-    def _write(self, cur: psycopg.Cursor[Any], records: list[tuple[ScheduleRecord, int]],
-               *, claimed: bool = False) -> set[str]:
-        """Write each record if its row still has the version given; the names written.
-
-        `claimed`: the records differ from their rows only in what a claim changes.
-        """
+    def _write(self, cur: psycopg.Cursor[Any], records: list[tuple[ScheduleRecord, int]]
+               ) -> set[str]:
+        """Write each record if its row still has the version given; the names written."""
         if not records:
             return set()
-        encode = _encode_claimed if claimed else _encode
-        rows = [encode(record) for record, _ in records]
+        return self._write_rows(cur, _WRITE, [_encode(record) for record, _ in records],
+                                [old for _, old in records])
+
+    def _write_claims(self, cur: psycopg.Cursor[Any],
+                      claimed: list[tuple[ScheduleRecord, ScheduleRecord]]) -> set[str]:
+        """Write each claimed record (new, as read) if its row still has the version read;
+        the names written. Only what a claim changes is sent (`encode_claimed`)."""
+        if not claimed:
+            return set()
+        return self._write_rows(cur, _CLAIM_WRITE,
+                                [_encode_claimed(new, old) for new, old in claimed],
+                                [old.version for _, old in claimed])
+
+    @staticmethod
+    def _write_rows(cur: psycopg.Cursor[Any], statement: str, rows: list[tuple[object, ...]],
+                    versions: list[int]) -> set[str]:
         columns = [list(column) for column in zip(*rows, strict=True)]
-        columns.append([old for _, old in records])
-        cur.execute(_CLAIM_WRITE if claimed else _WRITE, columns)
+        columns.append(versions)
+        cur.execute(statement, columns)
         return {row[0] for row in cur.fetchall()}
 
     def declare(self, definition: ScheduleDefinition,
@@ -390,7 +404,7 @@ class PostgresScheduleStore:
             cur.execute(_CLAIMABLE_SQL.format(only=admitted),
                         (*params, skip, limit, *params, skip, limit, limit))
             rows = cur.fetchall()
-            writes: list[tuple[ScheduleRecord, int]] = []
+            writes: list[tuple[ScheduleRecord, ScheduleRecord]] = []
             pending: dict[str, Claim] = {}
             for row in rows:
                 try:
@@ -403,10 +417,10 @@ class PostgresScheduleStore:
                                        planner, on_crash, token)
                 if settled is None:
                     continue
-                writes.append((settled[0], record.version))
+                writes.append((settled[0], record))
                 if settled[1] is not None:
                     pending[record.name] = settled[1]
-            won = self._write(cur, writes, claimed=True)
+            won = self._write_claims(cur, writes)
         return done, [claim for name, claim in pending.items() if name in won]
 
     def complete_many(self, finished: list[tuple[Claim, str]]) -> list[bool]:

@@ -104,3 +104,49 @@ def test_a_claim_of_the_declared_names_still_walks_the_indexes(filled: str) -> N
     for plan in (claim, due):
         assert "Seq Scan on executors_schedules" not in plan and "Sort" not in plan, plan
     assert "executors_schedules_idle" in claim and "executors_schedules_leases" in claim, claim
+
+
+def test_a_claim_writes_the_state_only_when_it_changes_it_and_keeps_unknown_keys(
+        request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """A claim that misses nothing leaves the row's state as stored (no JSON written: most
+    claims); one that counts missed fire times writes its counters, merged into the stored
+    state; either way a key this code does not know stays, as a completion keeps it."""
+    url = empty_store_url("postgresql", request, tmp_path)
+    store = pg.PostgresScheduleStore(url)
+    try:
+        now = store.now()
+        due = now - dt.timedelta(seconds=5)
+        for name in ("calm", "late"):
+            store.declare(ScheduleDefinition(name, {"type": "interval", "seconds": 60.0}, "m:f"),
+                          lambda _now: due)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("UPDATE executors_schedules SET state = state || "
+                         "'{\"note\": \"kept\"}'::jsonb")
+            before = dict(conn.execute(
+                "SELECT name, state::text FROM executors_schedules").fetchall())
+
+        def plan(record: ScheduleRecord, now: dt.datetime) -> Plan:
+            assert record.next_fire is not None
+            return Plan(record.next_fire, record.next_fire + dt.timedelta(minutes=1),
+                        2 if record.name == "late" else 0)
+
+        claims = store.claim("me", lease=30, limit=10, planner=plan,
+                             on_crash=lambda record: "drop")
+        assert sorted(c.name for c in claims) == ["calm", "late"]
+        with psycopg.connect(url, autocommit=True) as conn:
+            after = dict(conn.execute(
+                "SELECT name, state::text FROM executors_schedules").fetchall())
+            late = conn.execute("SELECT state FROM executors_schedules "
+                                "WHERE name = 'late'").fetchone()
+        assert after["calm"] == before["calm"]  # the very text: not written again
+        assert late is not None and late[0]["note"] == "kept"
+        assert late[0]["counters"]["missed"] == 2 and late[0]["counters"]["runs"] == 0
+        for name in ("calm", "late"):
+            record = store.get(name)
+            assert record is not None and record.owner == "me" and record.running_fire is not None
+        assert store.complete(claims[0], "ok") and store.complete(claims[1], "ok")
+        with psycopg.connect(url, autocommit=True) as conn:
+            states = [row[0] for row in conn.execute("SELECT state FROM executors_schedules")]
+        assert all(s["note"] == "kept" and s["counters"]["runs"] == 1 for s in states)
+    finally:
+        store.close()
