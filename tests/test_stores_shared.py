@@ -359,3 +359,34 @@ def test_finish_claim_finishes_only_the_record_that_holds_the_claim() -> None:
     moved = dataclasses.replace(held, claim_token="token-2")
     assert finish_claim(moved, claim, "ok") is None
     assert finish_claim(None, claim, "ok") is None
+
+
+def test_the_fast_makers_make_what_the_constructors_make_frozen_as_theirs() -> None:
+    """`make_record` and `make_claim` (the claims' path) give records and claims equal to the
+    dataclasses' own constructors', field for field, and as frozen; `_maker` refuses a class
+    whose constructor does more than set its fields."""
+    from executors.stores._records import (
+        Claim,
+        Plan,
+        ScheduleRecord,
+        _maker,
+        make_claim,
+        make_record,
+    )
+
+    at = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
+    values = (definition(), "digest", True, at, 7, "me", at + dt.timedelta(seconds=30), at, 2,
+              {"runs": 3}, at - dt.timedelta(minutes=1), "ok", "token", "them")
+    made, built = make_record(*values), ScheduleRecord(*values)
+    assert made == built and repr(made) == repr(built) and type(made) is ScheduleRecord
+    assert [getattr(made, f.name) for f in dataclasses.fields(made)] == list(values)
+    claim_values = ("s", at, 1, 7, at, definition(), "token", True)
+    assert make_claim(*claim_values) == Claim(*claim_values)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.version = 8  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        make_record(*values[:-1])  # every field, as the constructor's positional call
+    with pytest.raises(TypeError, match="Plan"):
+        _maker(Plan)  # no slots
+    with pytest.raises(TypeError, match="ScheduleDefinition"):
+        _maker(type(definition()))  # a __post_init__ of its own

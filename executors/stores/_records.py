@@ -13,7 +13,7 @@ import hashlib
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Literal
+from typing import Literal, TypeVar, cast
 
 from executors import _validate
 
@@ -39,6 +39,7 @@ __all__ = (
 FORMAT_VERSION = 1
 
 UTC = dt.UTC
+_T = TypeVar("_T")
 
 OnCrash = Literal["drop", "rerun"]
 
@@ -265,6 +266,32 @@ class Claim:
     run_late: bool = False
 
 
+def _maker(cls: type[_T]) -> Callable[..., _T]:
+    """A constructor of `cls` (a frozen dataclass with slots and no ``__post_init__``) taking
+    every field positionally, in order: what the dataclass's ``__init__`` does, with each
+    slot's descriptor called directly. A frozen dataclass sets each field with
+    ``object.__setattr__(self, "name", value)``, which looks the name up every time: a
+    record of 14 fields took 3.5-4 µs to make, this about 1.5, and every claimed fire time
+    makes two records and a claim."""
+    if not dataclasses.is_dataclass(cls) or "__slots__" not in cls.__dict__ or hasattr(
+            cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__}: a frozen dataclass with slots and no __post_init__")
+    names = [field.name for field in dataclasses.fields(cls)]
+    slots = {f"_set_{name}": cls.__dict__[name].__set__ for name in names}
+    source = (f"def make({', '.join(names)}):\n    self = _new(_cls)\n"
+              + "".join(f"    _set_{name}(self, {name})\n" for name in names)
+              + "    return self\n")
+    scope: dict[str, object] = {"_new": object.__new__, "_cls": cls, **slots}
+    exec(source, scope)  # as dataclasses makes its own __init__
+    return cast("Callable[..., _T]", scope["make"])
+
+
+#: `ScheduleRecord(...)` and `Claim(...)` with every field given positionally, for the paths
+#: every claim takes (`_maker`).
+make_record: Callable[..., ScheduleRecord] = _maker(ScheduleRecord)
+make_claim: Callable[..., Claim] = _maker(Claim)
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """A planner's answer for one due record."""
@@ -343,7 +370,7 @@ def record_from_fields(fields: Mapping[str, object]) -> ScheduleRecord:
             raise StoreFormatError(f"schedule {name!r}: 'definition' is not an object")
         if type(counters) is not dict and not isinstance(counters, Mapping):
             raise StoreFormatError(f"schedule {name!r}: 'counters' is not an object")
-        return ScheduleRecord(
+        return make_record(
             definition, str(fields["digest"]),
             bool(fields["paused"]), _opt_instant(fields["next_fire"]),
             _int(fields["version"]), _opt_str(fields["owner"]),
