@@ -200,6 +200,21 @@ def _ready(proc: subprocess.Popen[str], deadline: float) -> tuple[int, float]:
     return proc.pid, float(seconds)
 
 
+#: How long before a whole minute pgqueuer's window opens (seconds; see `minute_wait`).
+MINUTE_LEAD = 2.0
+
+
+def minute_wait(now: float) -> float:
+    """Seconds to wait from `now` (epoch) until pgqueuer's window opens: `MINUTE_LEAD` before a
+    whole minute. Its runs of a minute come in one burst after the minute starts (12-15 s of
+    it), so the window (61 s) holds the whole burst of one minute and no other minute: opened
+    1 s before, a wake-up a millisecond late put the next minute inside its end, its 10,000
+    fire times counted due and done (run in the grace) and their burst's CPU not counted, a
+    cost per run read at half. Opened anywhere, a late minute's burst ran past its end (one
+    W2 run read 225 µs a run where the others read 1,500)."""
+    return -(now + MINUTE_LEAD) % 60.0
+
+
 def run(contender: str, workload: Workload, config: Config, url: str, times: Timing, *,
         profile: str | None = None) -> Outcome:
     """One contender serving `workload` from `url` (a PostgreSQL DSN or a SQLite file's path)
@@ -219,12 +234,7 @@ def run(contender: str, workload: Workload, config: Config, url: str, times: Tim
         server = _server_pids(url, None) if config.store == "postgresql" else None
         time.sleep(times.warmup)  # the window follows the warm-up: a wall-clock span
         if contender == PGQUEUER:
-            # Its runs of a minute come in one burst after the minute starts (12-15 s of
-            # it): the window opens 1 s before a whole minute, so the burst's CPU and
-            # memory fall inside it. A window opened anywhere else let a late minute's burst
-            # run past w1, its runs counted as done and its CPU not counted (one W2 run read
-            # 225 us a run where the others read 1,500).
-            time.sleep(-(time.time() + 1.0) % 60.0)
+            time.sleep(minute_wait(time.time()))
         w0, client0, server0 = time.time(), sum(_cpu_of(p) for p in started), \
             _server_cpu(server)
         spies = _spies(profile, list(started), times.window)

@@ -301,3 +301,24 @@ def test_workload_counts_due_fire_times_per_second_and_per_minute() -> None:
     assert spread.due(120.0, 180.0) == 120  # a whole minute: each schedule once
     assert spread.due(120.0, 121.0) == 2  # second 0: schedules 0 and 60
     assert spread.due(100.0, 181.0, minutely=True) == 240  # minutes 120 and 180
+
+
+def test_pgqueuer_window_holds_one_whole_minute_and_its_burst() -> None:
+    """pgqueuer's window (61 s) opens before a whole minute, wherever the warm-up ended and
+    however late the wake-up (up to half a second): it holds exactly one whole minute (its
+    fire times, due together) and the 15 s after it (their burst of runs), never the next
+    minute's start (whose fire times would count as done, their CPU not)."""
+    from benchmarks._stored_workload import MINUTE_LEAD, Workload, minute_wait, timing
+
+    window = timing(False).window
+    workload = Workload("W2", 10_000, False)
+    for tenth in range(1200):
+        now = 1_764_000_000.0 + tenth / 10
+        for late in (0.0, 0.001, 0.5):
+            w0 = now + minute_wait(now) + late
+            minutes = [t for t in range(int(w0), int(w0 + window) + 1)
+                       if t % 60 == 0 and w0 <= t < w0 + window]
+            assert len(minutes) == 1, (now, late, minutes)
+            assert minutes[0] - w0 >= MINUTE_LEAD - late - 1e-6
+            assert w0 + window > minutes[0] + 15  # the burst's end is inside
+            assert workload.due(w0, w0 + window, minutely=True) == 10_000
