@@ -359,9 +359,9 @@ def record_from_fields(fields: Mapping[str, object]) -> ScheduleRecord:
         definition = fields["definition"]
         counters = fields["counters"]
         # A store may pass a definition it decoded before (for this name) as it is. (Every
-        # claim decodes the records it takes: the exact types are tested first, an ABC's
+        # claim decodes the records it takes: the class is tested before the ABC, whose
         # isinstance costs more than the rest of a check.)
-        if type(definition) is ScheduleDefinition or isinstance(definition, ScheduleDefinition):
+        if isinstance(definition, ScheduleDefinition):
             if definition.name != name:
                 raise StoreFormatError(f"schedule {name!r}: 'definition' is not an object")
         elif isinstance(definition, Mapping):
