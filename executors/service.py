@@ -54,6 +54,7 @@ from ._service.run_info import RunInfo, current_run
 from ._service.schedule_data import check_target, not_bound_yet
 from ._service.scheduler import Scheduler, shutting_down
 from ._service.shutdown import ShutdownReport, alive, wait_all
+from ._service.signals import DEFAULT_STOP_SIGNALS, SignalWait, check_signals
 from ._service.status import ServiceStatistics, ServiceStatus, state_counts
 from ._service.stored import (
     StoredLink,
@@ -257,6 +258,7 @@ class BackgroundService:
         self._last_submission_error: str | None = None
         self._futures: set[concurrent.futures.Future[object]] = set()
         self._store: StoreLoop | None = None
+        self._signal_wait: SignalWait | None = None  # while run_until_signal waits
         if store is not None:
             # A URL is opened here: an unreachable store is one clear error at construction,
             # naming the URL (password hidden).
@@ -337,6 +339,9 @@ class BackgroundService:
             executor = job._executor
             if executor is not None:
                 executor.close()
+        signal_wait = self._signal_wait
+        if signal_wait is not None:
+            signal_wait.wake()
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait (after `close`) for every thread and submission; True if all are done."""
@@ -395,6 +400,57 @@ class BackgroundService:
             elapsed=SYSTEM_CLOCK.monotonic() - began,
             dropped_jobs=tuple(s.job.name for s in slots if s.running and not s.executing),
         )
+
+    def run_until_signal(self, *signals: int,
+                         timeout: float | Literal["default"] | None = "default"
+                         ) -> ShutdownReport:
+        """Start the service, serve until one of `signals` reaches the process, then shut down.
+
+        The entry point of a program that runs a service until SIGTERM (a container or a
+        process manager stopping it) or Ctrl-C: `signals` are SIGTERM and SIGINT if none are
+        given. Their handlers are set before the service starts, so that a signal sent at any
+        time from the call on stops it cleanly, and restored when the call returns; Ctrl-C
+        raises no `KeyboardInterrupt` meanwhile. A `close` or `shutdown` from another thread
+        (a job, say) ends the wait too. Then ``shutdown(timeout)``, whose report is returned
+        (a WARNING is logged if it did not complete). The service's start and stop are
+        logged at INFO, naming the signal.
+
+        Unlike a handler that sets a `threading.Event` the main thread waits on, this does
+        not hang when the kernel hands the signal to one of the service's threads, nor when
+        the handler runs while the main thread holds the event's lock.
+
+        Raises:
+            RuntimeError: not called from the main thread (Python runs handlers there only).
+            TypeError, ValueError: a bad `signals` (not a signal number, SIGKILL, ...) or
+                `timeout`, before anything starts.
+            ShutdownError, TypeError: as `start` (handlers restored, the service shut down).
+        """
+        wanted = check_signals(signals or DEFAULT_STOP_SIGNALS)
+        if timeout != "default":
+            _validate.timeout(timeout)
+        with SignalWait(wanted) as signal_wait:
+            self._signal_wait = signal_wait
+            try:
+                try:
+                    self.start()
+                except BaseException:
+                    self.shutdown(timeout)
+                    raise
+                names = " or ".join(sig.name for sig in wanted)
+                logger.info("%s: serving until %s", self._name, names)
+                received = signal_wait.wait()
+                if received is None:
+                    logger.info("%s: shut down while serving", self._name)
+                else:
+                    logger.info("%s: %s received: shutting down", self._name, received.name)
+                # The handlers stay set until the shutdown ends: a second Ctrl-C does not cut
+                # it short (its timeout bounds it).
+                report = self.shutdown(timeout)
+            finally:
+                self._signal_wait = None
+        if not report.completed:
+            logger.warning("%s: shutdown did not complete: %r", self._name, report)
+        return report
 
     def _threads(self) -> list[threading.Thread]:
         # The dispatcher last: it waits for the others to end (their runs emit events).
