@@ -8,11 +8,13 @@ lines of concurrent processes never interleave, and a line written survives a SI
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import executors
 
@@ -79,8 +81,6 @@ def main(argv: list[str]) -> None:
     at URL until SIGTERM; lost leases and missed runs are logged."""
     url, log, on_crash, period, held, lease, *rest = argv
     missed = rest[0] if rest else "all"
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     svc = executors.BackgroundService("worker", store=url, store_lease=float(lease), workers=4)
     svc.schedule(executors.Interval(float(period)), hold, log, float(held), name="tick",
                  missed=missed, on_crash=on_crash)  # type: ignore[arg-type]
@@ -92,9 +92,23 @@ def main(argv: list[str]) -> None:
                                    count=e.count, ran=e.ran,  # type: ignore[attr-defined]
                                    reason=e.reason, pid=os.getpid()),  # type: ignore[attr-defined]
                   executors.RunMissed)
-    with svc:
-        append(log, event="up", pid=os.getpid())
-        stop.wait()
+    # "up" once it serves, its SIGTERM handler set: the service logs that (INFO) first.
+    service_log = logging.getLogger("executors.service")
+    service_log.setLevel(logging.INFO)
+    service_log.addHandler(_Serving(lambda: append(log, event="up", pid=os.getpid())))
+    svc.run_until_signal(signal.SIGTERM)
+
+
+class _Serving(logging.Handler):
+    """Calls `then` when the service logs that it serves until a signal."""
+
+    def __init__(self, then: Callable[[], object]) -> None:
+        super().__init__()
+        self.then = then
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "serving until" in record.getMessage():
+            self.then()
 
 
 if __name__ == "__main__":
