@@ -14,6 +14,7 @@ import datetime
 import itertools
 import json
 import logging
+import signal
 import threading
 import zoneinfo
 from collections.abc import Callable, Iterable
@@ -409,11 +410,11 @@ class BackgroundService:
         The entry point of a program that runs a service until SIGTERM (a container or a
         process manager stopping it) or Ctrl-C: `signals` are SIGTERM and SIGINT if none are
         given. Their handlers are set before the service starts, so that a signal sent at any
-        time from the call on stops it cleanly, and restored when the call returns; Ctrl-C
-        raises no `KeyboardInterrupt` meanwhile. A `close` or `shutdown` from another thread
-        (a job, say) ends the wait too. Then ``shutdown(timeout)``, whose report is returned
-        (a WARNING is logged if it did not complete). The service's start and stop are
-        logged at INFO, naming the signal.
+        time from the call on stops it cleanly (Ctrl-C raises no `KeyboardInterrupt`), and
+        put back when the wait ends, before ``shutdown(timeout)``: a second Ctrl-C interrupts
+        a shutdown that takes too long. A `close` or `shutdown` from another thread (a job,
+        say) ends the wait too. Returns the shutdown's report (a WARNING is logged if it did
+        not complete); the start and the signal are logged at INFO.
 
         Unlike a handler that sets a `threading.Event` the main thread waits on, this does
         not hang when the kernel hands the signal to one of the service's threads, nor when
@@ -428,26 +429,25 @@ class BackgroundService:
         wanted = check_signals(signals or DEFAULT_STOP_SIGNALS)
         if timeout != "default":
             _validate.timeout(timeout)
-        with SignalWait(wanted) as signal_wait:
+        received: signal.Signals | None = None
+        with SignalWait(wanted) as signal_wait:  # a RuntimeError here: nothing started
             self._signal_wait = signal_wait
             try:
-                try:
-                    self.start()
-                except BaseException:
-                    self.shutdown(timeout)
-                    raise
-                names = " or ".join(sig.name for sig in wanted)
-                logger.info("%s: serving until %s", self._name, names)
+                self.start()
+                logger.info("%s: serving until %s", self._name,
+                            " or ".join(sig.name for sig in wanted))
                 received = signal_wait.wait()
-                if received is None:
-                    logger.info("%s: shut down while serving", self._name)
-                else:
-                    logger.info("%s: %s received: shutting down", self._name, received.name)
-                # The handlers stay set until the shutdown ends: a second Ctrl-C does not cut
-                # it short (its timeout bounds it).
-                report = self.shutdown(timeout)
             finally:
+                # Whatever ended the wait (a start that failed included), the handlers go
+                # back first: a second Ctrl-C interrupts the shutdown, a second SIGTERM ends
+                # the process, as they would without this call. Logged after.
                 self._signal_wait = None
+                signal_wait.restore()
+                if received is not None:
+                    logger.info("%s: %s received: shutting down", self._name, received.name)
+                report = self.shutdown(timeout)
+        if received is None:
+            logger.info("%s: shut down while serving", self._name)
         if not report.completed:
             logger.warning("%s: shutdown did not complete: %r", self._name, report)
         return report

@@ -115,6 +115,36 @@ def test_the_default_signals_sent_by_another_process_stop_it_cleanly(
     assert "KeyboardInterrupt" not in err
 
 
+def test_a_second_ctrl_c_interrupts_a_shutdown_that_waits() -> None:
+    """The handlers go back when the wait ends: a first SIGINT begins a shutdown that waits
+    for a run in progress (no timeout), a second one raises KeyboardInterrupt out of it, as
+    Ctrl-C does in a program that set no handler."""
+    proc = _child("""
+        release = threading.Event()
+        svc = BackgroundService("sig")
+
+        @svc.every(0.01, name="long")
+        def long():
+            print("running", flush=True)
+            release.wait(30)
+
+        try:
+            svc.run_until_signal(timeout=None)
+        except KeyboardInterrupt:
+            print("interrupted", restored(), flush=True)
+        release.set()
+        print(svc.shutdown(10).completed)
+    """)
+    _wait_serving(proc)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline() == "running\n"
+    proc.send_signal(signal.SIGINT)
+    assert proc.stderr.readline() == "INFO sig: SIGINT received: shutting down\n"
+    proc.send_signal(signal.SIGINT)
+    out, err = _finish(proc)
+    assert out.split() == ["interrupted", "True", "True"], (out, err)
+
+
 def test_only_the_signals_given_are_waited_for() -> None:
     """With ``SIGUSR1`` given, SIGUSR1 stops it; SIGTERM keeps its own handler meanwhile (here
     the program's), and the program's handlers are back afterwards."""

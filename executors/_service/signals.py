@@ -103,10 +103,21 @@ class SignalWait:
 
     def __exit__(self, *exc_info: object) -> None:
         try:
-            if self._restore is not None:
-                self._restore.close()
+            self.restore()
         finally:
             self.close()
+
+    def restore(self) -> None:
+        """Put back the handlers, wake-up fd and mask found at `__enter__`; idempotent.
+
+        A signal `wait()` returned has had its (empty) handler run by then: CPython flags
+        it for the main thread before it writes the byte, and runs it at the start of this
+        call. Restored first, the default handler would meet it ("ignored due to race
+        condition" on stderr).
+        """
+        restore, self._restore = self._restore, None
+        if restore is not None:
+            restore.close()
 
     def close(self) -> None:
         self._read.close()
