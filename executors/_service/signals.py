@@ -4,7 +4,7 @@ The pattern every service entry point writes first, a handler that sets a `threa
 and a main thread blocked in `Event.wait()`, hangs for two reasons. The kernel delivers a
 process-directed signal to any thread that does not block it: when a background thread takes
 it, CPython's C handler only flags it for the main thread, which sleeps in a lock acquisition
-nothing interrupts (seen here: 5 hangs in 120 processes signalled as soon as they served). And
+nothing interrupts (seen here: 5 hangs in 240 processes signalled as soon as they served). And
 the handler runs in the main thread between two bytecodes, possibly while `Event.wait` holds
 the event's own non-reentrant lock, which `Event.set()` then takes again.
 
