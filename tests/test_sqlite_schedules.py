@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -28,6 +29,8 @@ from executors.stores import (
     open_store,
     sqlite_path,
 )
+from executors.stores._sqlite_checkpoint import LOG_LIMIT
+from executors.testing import wait_until
 
 PERIOD = dt.timedelta(seconds=60)
 
@@ -409,7 +412,6 @@ def test_a_slow_plan_gives_its_claims_a_full_lease_from_their_write(
     read: a claim planned for 0.3 s (past a bound made 0.1 s) holds its full 30 s from the
     write, and the claim and the record agree."""
     from executors.stores import _sqlite as sqlite_schedules
-    from executors.testing import wait_until
 
     monkeypatch.setattr(sqlite_schedules, "_REBASE_AFTER", 0.1)
     declare(store, "a", due=True)
@@ -446,3 +448,62 @@ def test_a_claim_walks_the_partial_indexes_in_order_and_sorts_nothing(
     assert "executors_schedules_running" in plans["expired"], plans
     assert "executors_schedules_due" in plans["due"], plans
     assert not any("TEMP B-TREE" in plan or "SCAN" in plan for plan in plans.values()), plans
+
+
+def _checkpoint_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "executors-sqlite-checkpoint"]
+
+
+def _toggle(store: SQLiteScheduleStore, wal: Path, commits: int, *,
+            pause_every: int | None) -> int:
+    """Declare "a", then pause and resume it in `commits` commits of one row (a 20 ms pause
+    every `pause_every` commits, as between a service's claims); the log's largest size."""
+    declare(store, "a", due=False)
+    largest = 0
+    for k in range(commits):
+        store.set_paused("a", k % 2 == 0)
+        largest = max(largest, wal.stat().st_size)
+        if pause_every is not None and k % pause_every == 0:
+            time.sleep(0.02)
+    return largest
+
+
+def test_commits_never_checkpoint_and_a_thread_of_its_own_keeps_the_log_bounded(
+        tmp_path: Path) -> None:
+    """SQLite's auto-checkpoint would copy the log back inside the commit that crosses its
+    threshold (a claim's tail latency); the store's connections turn it off. Commits with a
+    pause now and then (as a service's claims come) are copied back by the store's thread
+    alone, and the log file stays near `LOG_LIMIT`: 3,000 commits of one row, about 24 MB of
+    log if nothing copied it back. `close` ends the thread."""
+    store = SQLiteScheduleStore(str(tmp_path / "jobs.db"))
+    try:
+        assert store._conn().execute("PRAGMA wal_autocheckpoint").fetchone() == (0,)
+        largest = _toggle(store, tmp_path / "jobs.db-wal", 3000, pause_every=50)
+        assert store._checkpoints.by_thread >= 2
+        assert store._checkpoints.by_commits == 0
+        assert largest <= 2 * LOG_LIMIT, largest
+        assert len(_checkpoint_threads()) == 1
+    finally:
+        store.close()
+    assert _checkpoint_threads() == []
+
+
+def test_a_tight_loop_of_commits_keeps_the_log_bounded(tmp_path: Path) -> None:
+    """Writers that never pause keep a passive checkpoint from ever copying the whole log;
+    past twice `LOG_LIMIT` a commit checkpoints itself, and the log, truncated to the limit
+    when it restarts, stays near it. 4,000 commits of one row each, about 30 MB of log if
+    nothing copied it back."""
+    store = SQLiteScheduleStore(str(tmp_path / "jobs.db"))
+    try:
+        largest = _toggle(store, tmp_path / "jobs.db-wal", 4000, pause_every=None)
+        assert largest < 2 * LOG_LIMIT + 2**20, largest
+        assert store.get("a") is not None
+    finally:
+        store.close()
+
+
+def test_a_store_that_writes_little_starts_no_checkpoint_thread(store: SQLiteScheduleStore
+                                                                ) -> None:
+    declare(store, "a", due=True)
+    assert len(claim_all(store)) == 1
+    assert _checkpoint_threads() == []

@@ -60,6 +60,7 @@ from ._shared import (
     giving_back,
     rewrite,
 )
+from ._sqlite_checkpoint import LOG_LIMIT, Checkpoints
 from ._sqlite_declare import all_unchanged, declare_all, declare_in
 from ._sqlite_files import connect_read_only, open_file, unopenable
 from ._sqlite_sql import (
@@ -144,6 +145,8 @@ class SQLiteScheduleStore:
         self._interrupted = False
         # Each connection's table of claimable names starts empty (`_only`).
         self._conns = ThreadConnections(self._connect, fresh=_no_names)
+        # Created before the schema's first write, which counts its rows.
+        self._checkpoints = Checkpoints(self._connect, "executors-sqlite", f"{path}-wal")
         self._local = self._conns.local
         # A record read again with its definition's text unchanged reuses the definition.
         self._definitions = DefinitionCache()
@@ -229,6 +232,8 @@ class SQLiteScheduleStore:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA temp_store=MEMORY")  # the claimable names: no temp file
+            conn.execute("PRAGMA wal_autocheckpoint=0")  # `Checkpoints` does it, off the commit
+            conn.execute(f"PRAGMA journal_size_limit={LOG_LIMIT}")
         except sqlite3.Error:  # the file locked meanwhile: closed, not left behind
             conn.close()
             raise
@@ -244,6 +249,7 @@ class SQLiteScheduleStore:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+        self._checkpoints.committed(conn)
 
     def _begin(self, conn: sqlite3.Connection) -> None:
         """Take the write lock: attempts of `BUSY_ATTEMPT` until `busy_timeout` has passed
@@ -626,6 +632,7 @@ class SQLiteScheduleStore:
         return Changes(int(seq), whole, good, bad)
 
     def close(self) -> None:
+        self._checkpoints.close()
         self._owners.release()
         for conn in self._conns.take_all():
             conn.close()
